@@ -1,0 +1,2 @@
+//! cdc-runtime (work in progress).
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! checkpoint-api (work in progress).
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! checkpoint-pg (work in progress).
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! PostgreSQL test harness for pgcdc (work in progress).
