@@ -19,3 +19,6 @@
 mod lsn;
 
 pub use lsn::{Lsn, ParseLsnError};
+
+/// A PostgreSQL object identifier (relation, type, ...), as the protocol sends it.
+pub type Oid = u32;
