@@ -201,7 +201,7 @@ pub struct TimeTz {
 impl TimeTz {
     /// A local time and its offset in seconds east of UTC (at most 15:58:59 either way).
     pub fn new(time: Time, utc_offset_seconds: i32) -> Option<TimeTz> {
-        (utc_offset_seconds.abs() < TZDISP_LIMIT).then_some(TimeTz {
+        (utc_offset_seconds.unsigned_abs() < TZDISP_LIMIT.unsigned_abs()).then_some(TimeTz {
             time,
             utc_offset: utc_offset_seconds,
         })
@@ -530,7 +530,7 @@ fn parse_offset(c: &mut Cursor<'_>) -> Result<i32, &'static str> {
     let secs = sign * ((h * 60 + m) * 60 + s);
     i32::try_from(secs)
         .ok()
-        .filter(|s| s.abs() < TZDISP_LIMIT)
+        .filter(|s| s.unsigned_abs() < TZDISP_LIMIT.unsigned_abs())
         .ok_or("offset out of range")
 }
 
@@ -714,6 +714,24 @@ mod tests {
         assert_eq!(Date::from_ymd(2023, 2, 29), None);
         assert!(Date::from_ymd(2024, 2, 29).is_some());
         assert!(Date::from_ymd(0, 2, 29).is_some(), "1 BC is a leap year");
+    }
+
+    #[test]
+    fn constructors_reject_out_of_range_without_panicking() {
+        let noon = Time::from_micros(12 * 3600 * USECS_PER_SEC).unwrap();
+        assert!(TimeTz::new(noon, i32::MIN).is_none());
+        assert!(TimeTz::new(noon, i32::MAX).is_none());
+        assert!(TimeTz::new(noon, TZDISP_LIMIT).is_none());
+        assert!(TimeTz::new(noon, -(TZDISP_LIMIT - 1)).is_some());
+        assert!(Time::from_micros(-1).is_none());
+        assert!(Date::from_ymd(i32::MIN, 1, 1).is_none());
+        assert!(Date::from_ymd(i32::MAX, 12, 31).is_none());
+        assert!(Date::from_ymd(2024, 0, 1).is_none());
+        assert!(Date::from_days_since_2000(i32::MIN).is_none());
+        assert!(Timestamp::from_micros_since_2000(i64::MAX).is_none());
+        let last = Date::from_ymd(5_874_897, 12, 31).unwrap();
+        let end = Time::from_micros(USECS_PER_DAY).unwrap();
+        assert!(Timestamp::new(last, end).is_none(), "beyond 294276 AD");
     }
 
     #[test]
