@@ -290,11 +290,54 @@ impl Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (y, m, d) = self.date().ymd();
-        write_ymd(f, y, m, d)?;
-        f.write_str(" ")?;
-        write_hms(f, self.time().0)?;
-        write_bc(f, y)
+        write_timestamp(f, self.0, " ", "")
+    }
+}
+
+/// `DATE<sep>TIME<zone>[ BC]`, as `EncodeDateTime` lays a timestamp out.
+fn write_timestamp(f: &mut fmt::Formatter<'_>, micros: i64, sep: &str, zone: &str) -> fmt::Result {
+    let ts = Timestamp(micros);
+    let (y, m, d) = ts.date().ymd();
+    write_ymd(f, y, m, d)?;
+    f.write_str(sep)?;
+    write_hms(f, ts.time().0)?;
+    f.write_str(zone)?;
+    write_bc(f, y)
+}
+
+/// [`Display`](fmt::Display)s a timestamp the way PostgreSQL's `to_json` does
+/// (ISO 8601 with a `T`; see [`Timestamp::json_text`], [`TimestampTz::json_text`]).
+#[derive(Debug, Clone, Copy)]
+pub struct JsonText {
+    micros: i64,
+    zone: &'static str,
+}
+
+impl fmt::Display for JsonText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_timestamp(f, self.micros, "T", self.zone)
+    }
+}
+
+impl Timestamp {
+    /// The text PostgreSQL's `to_json` gives this value: `2024-01-15T04:05:06.123456`,
+    /// `0044-03-15T04:05:06 BC`.
+    pub fn json_text(self) -> JsonText {
+        JsonText {
+            micros: self.0,
+            zone: "",
+        }
+    }
+}
+
+impl TimestampTz {
+    /// The text PostgreSQL's `to_json` gives this value with `TimeZone=UTC`:
+    /// `2024-01-15T04:05:06.123456+00:00`.
+    pub fn json_text(self) -> JsonText {
+        JsonText {
+            micros: self.0,
+            zone: "+00:00",
+        }
     }
 }
 
@@ -336,13 +379,7 @@ impl TimestampTz {
 
 impl fmt::Display for TimestampTz {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let utc = self.utc();
-        let (y, m, d) = utc.date().ymd();
-        write_ymd(f, y, m, d)?;
-        f.write_str(" ")?;
-        write_hms(f, utc.time().0)?;
-        f.write_str("+00")?;
-        write_bc(f, y)
+        write_timestamp(f, self.0, " ", "+00")
     }
 }
 

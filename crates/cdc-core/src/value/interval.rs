@@ -100,6 +100,62 @@ impl fmt::Display for Interval {
     }
 }
 
+impl Interval {
+    /// ISO 8601 duration text, exactly as the server prints it with
+    /// `IntervalStyle=iso_8601`: `P1Y2M3DT4H5M6.789S`, `P-1DT2H3M`, `PT0S`.
+    pub fn iso8601(self) -> Iso8601Interval {
+        Iso8601Interval(self)
+    }
+}
+
+/// [`Display`](fmt::Display)s an [`Interval`] as an ISO 8601 duration (see [`Interval::iso8601`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Iso8601Interval(Interval);
+
+impl fmt::Display for Iso8601Interval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let iv = self.0;
+        if iv == Interval::INFINITY || iv == Interval::NEG_INFINITY {
+            return iv.fmt(f);
+        }
+        // EncodeInterval, INTSTYLE_ISO_8601.
+        let months = i64::from(iv.months);
+        let (year, mon, mday) = (months / 12, months % 12, i64::from(iv.days));
+        let t = iv.micros;
+        let hour = t / USECS_PER_HOUR;
+        let min = t % USECS_PER_HOUR / USECS_PER_MINUTE;
+        let sec = t % USECS_PER_MINUTE / USECS_PER_SEC;
+        let fsec = t % USECS_PER_SEC;
+        if year == 0 && mon == 0 && mday == 0 && t == 0 {
+            return f.write_str("PT0S");
+        }
+        let part = |f: &mut fmt::Formatter<'_>, v: i64, unit: char| -> fmt::Result {
+            if v != 0 {
+                write!(f, "{v}{unit}")?;
+            }
+            Ok(())
+        };
+        f.write_str("P")?;
+        part(f, year, 'Y')?;
+        part(f, mon, 'M')?;
+        part(f, mday, 'D')?;
+        if t != 0 {
+            f.write_str("T")?;
+        }
+        part(f, hour, 'H')?;
+        part(f, min, 'M')?;
+        if sec != 0 || fsec != 0 {
+            if sec < 0 || fsec < 0 {
+                f.write_str("-")?;
+            }
+            write!(f, "{}", sec.unsigned_abs())?;
+            write_fraction(f, fsec.unsigned_abs())?;
+            f.write_str("S")?;
+        }
+        Ok(())
+    }
+}
+
 /// Parse `IntervalStyle=postgres` output: `[+-]N year(s)`, `[+-]N mon(s)`, `[+-]N day(s)`,
 /// then an optional `[+-]H+:MM:SS[.ffffff]`, separated by single spaces.
 pub(crate) fn interval_text(oid: Oid, raw: &[u8]) -> Result<Interval, ValueError> {

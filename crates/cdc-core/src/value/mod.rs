@@ -26,9 +26,9 @@ pub mod types;
 use std::borrow::Cow;
 
 pub use array::{decode_binary_array, decode_text_array, Array, ArrayDim, MAX_DIMS};
-pub use datetime::{Date, Infinitable, Time, TimeTz, Timestamp, TimestampTz};
+pub use datetime::{Date, Infinitable, JsonText, Time, TimeTz, Timestamp, TimestampTz};
 pub use error::ValueError;
-pub use interval::Interval;
+pub use interval::{Interval, Iso8601Interval};
 pub use network::{Inet, MacAddr, MacAddr8};
 pub use numeric::Numeric;
 pub use scalar::Uuid;
