@@ -208,6 +208,20 @@ impl Value<'_> {
 
 /// Decode a column sent in text form (the type's output function).
 ///
+/// # Server settings
+///
+/// The text of some types depends on the walsender session's settings; this
+/// decoder expects the defaults, which the replication connection should pin in
+/// its startup options (`-c datestyle=ISO -c intervalstyle=postgres -c extra_float_digits=3`):
+///
+/// * `DateStyle` `ISO` (either field order): other styles are rejected.
+/// * `IntervalStyle` `postgres`: other styles are rejected.
+/// * `extra_float_digits` >= 1 (the default since PostgreSQL 12): lower values
+///   make the server round floats before sending them.
+/// * `TimeZone`: any. `timestamptz` text carries its offset and decodes to the
+///   same instant whatever the zone; `timetz` keeps its own offset.
+/// * `bytea_output`: `hex` or `escape`, both accepted.
+///
 /// ```
 /// use cdc_core::{decode_text, types, Value};
 ///
