@@ -17,8 +17,10 @@
 #![forbid(unsafe_code)]
 
 mod lsn;
+mod value;
 
 pub use lsn::{Lsn, ParseLsnError};
+pub use value::*;
 
 /// A PostgreSQL object identifier (relation, type, ...), as the protocol sends it.
 pub type Oid = u32;
