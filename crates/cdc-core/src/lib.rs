@@ -16,9 +16,19 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod error;
 mod lsn;
+mod reader;
+mod replication;
 
+pub use error::{DecodeError, ProtocolError, UnsupportedProtocolVersion};
 pub use lsn::{Lsn, ParseLsnError};
+pub use replication::{
+    PgTimestamp, PrimaryKeepalive, ReplicationMessage, StandbyStatusUpdate, XLogData,
+};
 
 /// A PostgreSQL object identifier (relation, type, ...), as the protocol sends it.
 pub type Oid = u32;
+
+/// A PostgreSQL transaction id, as the protocol sends it.
+pub type Xid = u32;
