@@ -16,13 +16,20 @@
 //! ```
 #![forbid(unsafe_code)]
 
+#[cfg(any(test, feature = "test-util"))]
+pub mod encode;
 mod error;
 mod lsn;
+pub mod pgoutput;
 mod reader;
 mod replication;
 
 pub use error::{DecodeError, ProtocolError, UnsupportedProtocolVersion};
 pub use lsn::{Lsn, ParseLsnError};
+pub use pgoutput::{
+    Decoder, LogicalMessage, OwnedLogicalMessage, ParseContext, ProtocolVersion, TupleData,
+    TupleValue,
+};
 pub use replication::{
     PgTimestamp, PrimaryKeepalive, ReplicationMessage, StandbyStatusUpdate, XLogData,
 };

@@ -9,7 +9,6 @@ pub(crate) struct Reader<'a> {
     pos: usize,
 }
 
-#[allow(dead_code)] // Used by the pgoutput parser.
 impl<'a> Reader<'a> {
     #[inline]
     pub(crate) fn new(buf: &'a [u8]) -> Self {
@@ -126,6 +125,62 @@ impl<'a> Reader<'a> {
         let s = std::str::from_utf8(raw).map_err(|_| DecodeError::InvalidUtf8 { offset })?;
         self.pos = offset + nul + 1;
         Ok(s)
+    }
+
+    /// The bytes from `start` to the current position.
+    #[inline]
+    pub(crate) fn since(&self, start: usize) -> &'a [u8] {
+        self.buf.get(start..self.pos).unwrap_or_default()
+    }
+
+    /// Skips the `count` columns of a pgoutput TupleData (after its Int16
+    /// column count), validating each column kind and length.
+    #[inline]
+    pub(crate) fn skip_tuple_columns(&mut self, count: u16) -> Result<(), DecodeError> {
+        let buf = self.buf;
+        let mut pos = self.pos;
+        for _ in 0..count {
+            let Some(&kind) = buf.get(pos) else {
+                return Err(DecodeError::UnexpectedEnd {
+                    offset: pos,
+                    needed: 1,
+                });
+            };
+            match kind {
+                b'n' | b'u' => pos += 1,
+                b't' | b'b' => {
+                    let len_at = pos + 1;
+                    let Some(len) = buf
+                        .get(len_at..)
+                        .and_then(|rest| rest.first_chunk::<4>())
+                        .map(|b| i32::from_be_bytes(*b))
+                    else {
+                        return Err(DecodeError::UnexpectedEnd {
+                            offset: len_at,
+                            needed: len_at + 4 - buf.len(),
+                        });
+                    };
+                    let Ok(len) = usize::try_from(len) else {
+                        return Err(DecodeError::NegativeLength {
+                            value: i64::from(len),
+                            offset: len_at,
+                        });
+                    };
+                    let data_at = len_at + 4;
+                    let end = data_at.saturating_add(len);
+                    if end > buf.len() {
+                        return Err(DecodeError::UnexpectedEnd {
+                            offset: data_at,
+                            needed: end - buf.len(),
+                        });
+                    }
+                    pos = end;
+                }
+                kind => return Err(DecodeError::InvalidColumnKind { kind, offset: pos }),
+            }
+        }
+        self.pos = pos;
+        Ok(())
     }
 
     /// Everything not read yet.
