@@ -159,6 +159,14 @@ pub enum ProtocolError {
         /// The message name.
         what: &'static str,
     },
+    /// A message that must arrive outside transactions arrived inside one.
+    #[error("{what} inside transaction {open_xid}")]
+    InsideTransaction {
+        /// The message name.
+        what: &'static str,
+        /// The xid of the open transaction.
+        open_xid: Xid,
+    },
     /// A Stream Start arrived inside a Stream Start .. Stream Stop block.
     #[error(
         "stream start for transaction {xid} inside the stream block of transaction {open_xid}"

@@ -22,7 +22,9 @@ mod error;
 mod lsn;
 pub mod pgoutput;
 mod reader;
+mod relcache;
 mod replication;
+mod txn;
 
 pub use error::{DecodeError, ProtocolError, UnsupportedProtocolVersion};
 pub use lsn::{Lsn, ParseLsnError};
@@ -30,9 +32,11 @@ pub use pgoutput::{
     Decoder, LogicalMessage, OwnedLogicalMessage, ParseContext, ProtocolVersion, TupleData,
     TupleValue,
 };
+pub use relcache::RelationCache;
 pub use replication::{
     PgTimestamp, PrimaryKeepalive, ReplicationMessage, StandbyStatusUpdate, XLogData,
 };
+pub use txn::{Change, TxnAssembler, TxnBegin, TxnCommit, TxnEvent, TxnKind};
 
 /// A PostgreSQL object identifier (relation, type, ...), as the protocol sends it.
 pub type Oid = u32;
