@@ -15,7 +15,8 @@ use crate::{Lsn, Oid, Xid};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecodeError {
-    /// The buffer ended inside a field.
+    /// The buffer ended inside a field (or is empty, or a string has no NUL
+    /// terminator before the end).
     #[error("unexpected end of message at byte {offset}: {needed} more byte(s) needed")]
     UnexpectedEnd {
         /// Where the incomplete field starts.
@@ -42,12 +43,6 @@ pub enum DecodeError {
     /// A string field is not valid UTF-8.
     #[error("string at byte {offset} is not valid UTF-8")]
     InvalidUtf8 {
-        /// Where the string starts.
-        offset: usize,
-    },
-    /// A NUL-terminated string field runs to the end of the buffer.
-    #[error("string at byte {offset} has no NUL terminator")]
-    MissingNul {
         /// Where the string starts.
         offset: usize,
     },
@@ -85,9 +80,6 @@ pub enum DecodeError {
         /// Where the tag is.
         offset: usize,
     },
-    /// The buffer is empty: there is no tag byte.
-    #[error("empty message")]
-    Empty,
 }
 
 /// A pgoutput protocol version outside `1..=4` was requested.

@@ -119,7 +119,8 @@ impl<'a> Reader<'a> {
         let offset = self.pos;
         let rest = self.buf.get(offset..).unwrap_or_default();
         let Some(nul) = rest.iter().position(|&b| b == 0) else {
-            return Err(DecodeError::MissingNul { offset });
+            // The terminator would be past the end.
+            return Err(DecodeError::UnexpectedEnd { offset, needed: 1 });
         };
         let raw = rest.get(..nul).unwrap_or_default();
         let s = std::str::from_utf8(raw).map_err(|_| DecodeError::InvalidUtf8 { offset })?;

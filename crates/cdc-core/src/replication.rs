@@ -129,7 +129,7 @@ impl<'a> ReplicationMessage<'a> {
     /// after its 25-byte header as `data`.
     pub fn parse(buf: &'a [u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(buf);
-        let tag = r.u8().map_err(|_| DecodeError::Empty)?;
+        let tag = r.u8()?;
         match tag {
             b'w' => {
                 let wal_start = Lsn::from_u64(r.u64()?);
@@ -203,7 +203,7 @@ impl StandbyStatusUpdate {
     /// Parses a status update (for tests and proxies); rejects trailing bytes.
     pub fn parse(buf: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(buf);
-        match r.u8().map_err(|_| DecodeError::Empty)? {
+        match r.u8()? {
             b'r' => {}
             tag => return Err(DecodeError::UnknownTag { tag, offset: 0 }),
         }
@@ -281,7 +281,13 @@ mod tests {
 
     #[test]
     fn rejects_unknown_tag_and_empty() {
-        assert_eq!(ReplicationMessage::parse(&[]), Err(DecodeError::Empty));
+        assert_eq!(
+            ReplicationMessage::parse(&[]),
+            Err(DecodeError::UnexpectedEnd {
+                offset: 0,
+                needed: 1
+            })
+        );
         assert_eq!(
             ReplicationMessage::parse(b"x123"),
             Err(DecodeError::UnknownTag {
@@ -298,7 +304,7 @@ mod tests {
         let mut w = vec![b'w'];
         w.extend_from_slice(&[7; 24]);
         for full in [k, w] {
-            for cut in 1..full.len() {
+            for cut in 0..full.len() {
                 match ReplicationMessage::parse(&full[..cut]) {
                     Err(DecodeError::UnexpectedEnd { needed, .. }) => assert!(needed > 0),
                     other => panic!("cut at {cut}: {other:?}"),

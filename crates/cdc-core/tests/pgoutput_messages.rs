@@ -532,7 +532,13 @@ fn messages_are_rejected_before_their_version() {
 
 #[test]
 fn malformed_input() {
-    assert_eq!(LogicalMessage::parse(b"", ctx(1)), Err(DecodeError::Empty));
+    assert_eq!(
+        LogicalMessage::parse(b"", ctx(1)),
+        Err(DecodeError::UnexpectedEnd {
+            offset: 0,
+            needed: 1
+        })
+    );
     assert_eq!(
         LogicalMessage::parse(b"Z", ctx(4)),
         Err(DecodeError::UnknownTag {
@@ -604,7 +610,10 @@ fn malformed_input() {
     let b = B::default().byte(b'O').int64(1).bytes(b"abc").0;
     assert_eq!(
         LogicalMessage::parse(&b, ctx(1)),
-        Err(DecodeError::MissingNul { offset: 9 })
+        Err(DecodeError::UnexpectedEnd {
+            offset: 9,
+            needed: 1
+        })
     );
     // Trailing bytes.
     let b = B::default().byte(b'B').int64(1).int64(2).int32(3).byte(0).0;

@@ -478,7 +478,7 @@ impl<'a> LogicalMessage<'a> {
     #[inline]
     pub fn parse(buf: &'a [u8], ctx: ParseContext) -> Result<Self, DecodeError> {
         let mut r = Reader::new(buf);
-        let tag = r.u8().map_err(|_| DecodeError::Empty)?;
+        let tag = r.u8()?;
         let msg = match tag {
             // The hot path first.
             b'I' => {
