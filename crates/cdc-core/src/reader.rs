@@ -136,7 +136,7 @@ impl<'a> Reader<'a> {
 
     /// Skips the `count` columns of a pgoutput TupleData (after its Int16
     /// column count), validating each column kind and length.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn skip_tuple_columns(&mut self, count: u16) -> Result<(), DecodeError> {
         let buf = self.buf;
         let mut pos = self.pos;

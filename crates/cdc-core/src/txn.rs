@@ -267,6 +267,9 @@ impl TxnAssembler {
     /// Takes one decoded message. Returns the event to deliver now, if there
     /// is one and nothing is queued ahead of it; more events may be waiting
     /// in [`poll_event`](Self::poll_event).
+    // Inlined so that row changes, the hot path, are built in the caller's
+    // frame; everything else goes through `handle_other`.
+    #[inline(always)]
     pub fn handle_message<'a>(
         &mut self,
         msg: LogicalMessage<'a>,
@@ -286,6 +289,19 @@ impl TxnAssembler {
                 let rel = self.relation(m.relation)?;
                 let xid = m.xid;
                 self.change(xid, Change::Delete(rel, m), "Delete")
+            }
+            other => self.handle_other(other),
+        }
+    }
+
+    #[inline(never)]
+    fn handle_other<'a>(
+        &mut self,
+        msg: LogicalMessage<'a>,
+    ) -> Result<Option<TxnEvent<'a>>, ProtocolError> {
+        match msg {
+            LogicalMessage::Insert(_) | LogicalMessage::Update(_) | LogicalMessage::Delete(_) => {
+                self.handle_message(msg)
             }
             LogicalMessage::Truncate(m) => {
                 for &oid in &m.relations {
@@ -505,8 +521,21 @@ impl TxnAssembler {
     }
 
     /// A change: buffered inside a stream block, emitted inside a transaction.
-    #[inline]
+    #[inline(always)]
     fn change<'a>(
+        &mut self,
+        xid: Option<Xid>,
+        change: Change<'a>,
+        what: &'static str,
+    ) -> Result<Option<TxnEvent<'a>>, ProtocolError> {
+        if self.stream.is_none() && self.open.is_some() && self.queue.is_empty() {
+            return Ok(Some(TxnEvent::Change(change)));
+        }
+        self.change_slow(xid, change, what)
+    }
+
+    #[inline(never)]
+    fn change_slow<'a>(
         &mut self,
         xid: Option<Xid>,
         change: Change<'a>,

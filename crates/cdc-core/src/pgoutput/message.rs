@@ -475,7 +475,9 @@ impl<'a> LogicalMessage<'a> {
     ///
     /// Version-dependent fields are read according to `ctx`, never guessed
     /// from the length; the whole buffer must be consumed.
-    #[inline]
+    // Always inlined: the row-change path is small, and building the message
+    // in the caller's frame avoids copying it through a return slot.
+    #[inline(always)]
     pub fn parse(buf: &'a [u8], ctx: ParseContext) -> Result<Self, DecodeError> {
         let mut r = Reader::new(buf);
         let tag = r.u8()?;

@@ -147,7 +147,7 @@ impl Decoder {
 
     /// Parses the next message; Stream Start and Stream Stop switch the
     /// context for the messages after them. On error the state is unchanged.
-    #[inline]
+    #[inline(always)]
     pub fn decode<'a>(&mut self, buf: &'a [u8]) -> Result<LogicalMessage<'a>, DecodeError> {
         let msg = LogicalMessage::parse(buf, self.ctx)?;
         match msg {

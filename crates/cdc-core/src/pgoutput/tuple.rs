@@ -45,7 +45,7 @@ pub struct TupleData<'a> {
 
 impl<'a> TupleData<'a> {
     /// Reads a TupleData (column count and columns) at the reader's position.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn parse(r: &mut Reader<'a>) -> Result<Self, DecodeError> {
         let count = r.count16()?;
         let start = r.pos();
@@ -150,55 +150,50 @@ pub struct TupleIter<'t> {
     left: u16,
 }
 
-impl<'t> TupleIter<'t> {
-    #[inline(always)]
-    fn step(&mut self) -> Option<TupleValue<'t>> {
-        // The columns were validated when the tuple was parsed or built, so
-        // the `?`s below never trigger; they only keep this free of panics.
-        let (&kind, tail) = self.rest.split_first()?;
-        match kind {
-            b'n' => {
-                self.rest = tail;
-                Some(TupleValue::Null)
-            }
-            b'u' => {
-                self.rest = tail;
-                Some(TupleValue::UnchangedToast)
-            }
-            _ => {
-                let (len, tail) = tail.split_first_chunk::<4>()?;
-                let len = u32::from_be_bytes(*len) as usize;
-                let (value, tail) = tail.split_at_checked(len)?;
-                self.rest = tail;
-                if kind == b't' {
-                    Some(TupleValue::Text(value))
-                } else {
-                    Some(TupleValue::Binary(value))
-                }
-            }
-        }
-    }
-}
-
 impl<'t> Iterator for TupleIter<'t> {
     type Item = TupleValue<'t>;
 
     #[inline]
     fn next(&mut self) -> Option<TupleValue<'t>> {
-        if self.left == 0 {
+        // The columns were validated when the tuple was parsed or built, so
+        // `rest` holds exactly `left` well-formed columns and the `?`s below
+        // never trigger; they only keep this free of panics. (If one did, the
+        // iterator would end early: `rest` is emptied.)
+        let (&kind, tail) = self.rest.split_first()?;
+        self.left = self.left.wrapping_sub(1);
+        if kind == b'n' || kind == b'u' {
+            self.rest = tail;
+            return Some(if kind == b'n' {
+                TupleValue::Null
+            } else {
+                TupleValue::UnchangedToast
+            });
+        }
+        let Some((len, tail)) = tail.split_first_chunk::<4>() else {
+            self.rest = &[];
             return None;
-        }
-        self.left -= 1;
-        let value = self.step();
-        if value.is_none() {
-            self.left = 0;
-        }
-        value
+        };
+        let len = u32::from_be_bytes(*len) as usize;
+        let Some((value, tail)) = tail.split_at_checked(len) else {
+            self.rest = &[];
+            return None;
+        };
+        self.rest = tail;
+        Some(if kind == b't' {
+            TupleValue::Text(value)
+        } else {
+            TupleValue::Binary(value)
+        })
     }
 
     #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (usize::from(self.left), Some(usize::from(self.left)))
+        let n = if self.rest.is_empty() {
+            0
+        } else {
+            usize::from(self.left)
+        };
+        (n, Some(n))
     }
 }
 
