@@ -170,6 +170,18 @@ struct StreamedTxn {
 ///
 /// On any error the state is unchanged; the caller should treat the stream as
 /// broken and reconnect (then call [`reset`](Self::reset)).
+///
+/// Known simplifications:
+///
+/// * Relation and Type messages update the cache when they arrive, also
+///   inside stream blocks; a streamed transaction that is later aborted can
+///   leave its relation definition in the cache (the server sends a fresh
+///   Relation before the next change that needs one).
+/// * Prepared transactions are not tracked between Prepare and Commit /
+///   Rollback Prepared (those may arrive after a restart); they are passed
+///   through as events.
+/// * Subtransaction aborts drop the changes tagged with that subxid, as the
+///   docs describe; the xid tag comes from the change messages themselves.
 #[derive(Debug, Default)]
 pub struct TxnAssembler {
     relations: RelationCache,
