@@ -660,3 +660,99 @@ fn streamed_prepared_transaction() {
         Err(ProtocolError::UnknownStreamedTransaction { xid: 30 })
     );
 }
+
+mod random_sequences {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Small message vocabulary with few xids and LSNs, so that valid and
+    /// invalid orders both occur often.
+    fn arb_msg() -> impl Strategy<Value = LogicalMessage<'static>> {
+        let xid = 1u32..4;
+        let l = 1u64..4;
+        prop_oneof![
+            (xid.clone(), l.clone()).prop_map(|(x, l)| begin(x, l * 100)),
+            l.clone().prop_map(|l| commit(l * 100)),
+            (
+                proptest::option::of(xid.clone()),
+                prop_oneof![Just(REL), Just(99u32)]
+            )
+                .prop_map(|(x, oid)| insert(x, oid, "v")),
+            (xid.clone(), any::<bool>()).prop_map(|(x, f)| stream_start(x, f)),
+            Just(LogicalMessage::StreamStop),
+            (xid.clone(), l.clone()).prop_map(|(x, l)| stream_commit(x, l * 100)),
+            (xid.clone(), xid.clone()).prop_map(|(x, s)| stream_abort(x, s)),
+            (xid.clone(), l.clone()).prop_map(|(x, l)| LogicalMessage::BeginPrepare(
+                BeginPrepare {
+                    prepare_lsn: lsn(l * 100),
+                    end_lsn: lsn(l * 100 + 8),
+                    prepare_time: ts(1),
+                    xid: x,
+                    gid: "g".into(),
+                }
+            )),
+            (xid.clone(), l.clone()).prop_map(|(x, l)| LogicalMessage::Prepare(prepare_msg(
+                x,
+                "g",
+                l * 100
+            ))),
+            (xid, l).prop_map(|(x, l)| LogicalMessage::StreamPrepare(prepare_msg(x, "g", l * 100))),
+        ]
+    }
+
+    fn snapshot(a: &TxnAssembler) -> (Option<Xid>, Option<Xid>, usize, usize) {
+        (
+            a.open_transaction(),
+            a.open_stream(),
+            a.streamed_in_progress(),
+            a.buffered_changes(),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Never panics, errors leave the state alone, and the events always
+        /// form well-bracketed transactions.
+        #[test]
+        fn events_are_well_bracketed(msgs in proptest::collection::vec(arb_msg(), 0..40)) {
+            let mut asm = assembler_with_relation();
+            let mut open: Option<Xid> = None;
+            for m in msgs {
+                let before = snapshot(&asm);
+                let mut events = Vec::new();
+                match asm.handle_message(m) {
+                    Ok(e) => events.extend(e.map(TxnEvent::into_owned)),
+                    Err(_) => prop_assert_eq!(snapshot(&asm), before),
+                }
+                while let Some(e) = asm.poll_event() {
+                    events.push(e);
+                }
+                for e in events {
+                    match e {
+                        TxnEvent::Begin(b) => {
+                            prop_assert_eq!(open, None);
+                            open = Some(b.xid);
+                        }
+                        TxnEvent::Change(_) | TxnEvent::Origin(_) => prop_assert!(open.is_some()),
+                        TxnEvent::Commit(c) => {
+                            prop_assert_eq!(open, Some(c.xid));
+                            open = None;
+                        }
+                        TxnEvent::Prepare(p) => {
+                            prop_assert_eq!(open, Some(p.xid));
+                            open = None;
+                        }
+                        TxnEvent::CommitPrepared(_) | TxnEvent::RollbackPrepared(_) => {
+                            prop_assert_eq!(open, None);
+                        }
+                        TxnEvent::Message(_) => {}
+                    }
+                }
+                // Between messages, an open event-level transaction is exactly
+                // the assembler's open (non-streamed) transaction.
+                prop_assert_eq!(open, asm.open_transaction());
+            }
+        }
+    }
+}
