@@ -87,6 +87,21 @@ pub enum Change<'a> {
 }
 
 impl Change<'_> {
+    /// Approximate memory taken by the change (inline size plus owned data).
+    fn approx_size(&self) -> usize {
+        let data = match self {
+            Change::Insert(_, m) => m.new.raw_columns().len(),
+            Change::Update(_, m) => {
+                m.new.raw_columns().len()
+                    + m.old.as_ref().map_or(0, |o| o.tuple().raw_columns().len())
+            }
+            Change::Delete(_, m) => m.old.tuple().raw_columns().len(),
+            Change::Truncate(m) => m.relations.len() * std::mem::size_of::<Oid>(),
+            Change::Message(m) => m.prefix.len() + m.content.len(),
+        };
+        std::mem::size_of::<(Xid, Change<'static>)>() + data
+    }
+
     /// A copy that owns its data.
     pub fn into_owned(self) -> Change<'static> {
         match self {
@@ -158,6 +173,8 @@ struct OpenTxn {
 #[derive(Debug, Default)]
 struct StreamedTxn {
     changes: Vec<(Xid, Change<'static>)>,
+    /// Approximate heap and inline bytes held by `changes`.
+    bytes: usize,
 }
 
 /// Groups pgoutput messages into transactions and enforces their order.
@@ -180,6 +197,8 @@ struct StreamedTxn {
 /// * Prepared transactions are not tracked between Prepare and Commit /
 ///   Rollback Prepared (those may arrive after a restart); they are passed
 ///   through as events.
+/// * Streamed transactions are buffered in memory until Stream Commit, Stream
+///   Prepare or Stream Abort; see [`buffered_bytes`](Self::buffered_bytes).
 /// * Subtransaction aborts drop the changes tagged with that subxid, as the
 ///   docs describe; the xid tag comes from the change messages themselves.
 #[derive(Debug, Default)]
@@ -221,6 +240,15 @@ impl TxnAssembler {
     /// The number of changes buffered for streamed transactions.
     pub fn buffered_changes(&self) -> usize {
         self.streamed.values().map(|t| t.changes.len()).sum()
+    }
+
+    /// Approximately how many bytes the buffered streamed changes take.
+    ///
+    /// Streamed transactions are the ones too big for the server's
+    /// `logical_decoding_work_mem`; they are held in memory until they end, so
+    /// callers should watch this and stop (or spill) past their own limit.
+    pub fn buffered_bytes(&self) -> usize {
+        self.streamed.values().map(|t| t.bytes).sum()
     }
 
     /// Forgets open transactions, stream blocks, buffered streamed
@@ -472,6 +500,7 @@ impl TxnAssembler {
                         .get_mut(&a.xid)
                         .ok_or(ProtocolError::UnknownStreamedTransaction { xid: a.xid })?;
                     txn.changes.retain(|(sub, _)| *sub != a.subxid);
+                    txn.bytes = txn.changes.iter().map(|(_, c)| c.approx_size()).sum();
                 }
                 Ok(None)
             }
@@ -558,7 +587,9 @@ impl TxnAssembler {
                 .streamed
                 .get_mut(&top)
                 .ok_or(ProtocolError::UnknownStreamedTransaction { xid: top })?;
-            txn.changes.push((xid.unwrap_or(top), change.into_owned()));
+            let change = change.into_owned();
+            txn.bytes += change.approx_size();
+            txn.changes.push((xid.unwrap_or(top), change));
             return Ok(None);
         }
         if self.open.is_none() {

@@ -389,6 +389,9 @@ fn streamed_transaction_is_released_at_stream_commit() {
     );
     assert_eq!(inserted(&events), ["p1"]);
     assert_eq!((asm.streamed_in_progress(), asm.buffered_changes()), (1, 2));
+    // Two one-column rows of two bytes each, plus per-change overhead.
+    let bytes = asm.buffered_bytes();
+    assert!(bytes >= 2 * (1 + 4 + 2), "{bytes}");
     let events = run(&mut asm, [stream_commit(7, 200)]);
     assert_eq!(events.len(), 4);
     assert_eq!(
@@ -406,6 +409,7 @@ fn streamed_transaction_is_released_at_stream_commit() {
         TxnEvent::Commit(TxnCommit { xid: 7, end_lsn, .. }) if end_lsn == lsn(208)
     ));
     assert_eq!((asm.streamed_in_progress(), asm.buffered_changes()), (0, 0));
+    assert_eq!(asm.buffered_bytes(), 0);
 }
 
 #[test]
@@ -440,11 +444,19 @@ fn subtransaction_abort_drops_only_its_changes() {
             insert(Some(72), REL, "sub72"),
             LogicalMessage::StreamStop,
             stream_abort(7, 71),
+        ],
+    );
+    let after_abort = asm.buffered_bytes();
+    assert_eq!(asm.buffered_changes(), 2);
+    run(
+        &mut asm,
+        [
             stream_start(7, false),
             insert(Some(7), REL, "top2"),
             LogicalMessage::StreamStop,
         ],
     );
+    assert!(asm.buffered_bytes() > after_abort);
     let events = run(&mut asm, [stream_commit(7, 300)]);
     assert_eq!(inserted(&events), ["top1", "sub72", "top2"]);
 }
@@ -752,6 +764,7 @@ mod random_sequences {
                 // Between messages, an open event-level transaction is exactly
                 // the assembler's open (non-streamed) transaction.
                 prop_assert_eq!(open, asm.open_transaction());
+                prop_assert_eq!(asm.buffered_changes() == 0, asm.buffered_bytes() == 0);
             }
         }
     }
