@@ -1,0 +1,892 @@
+//! The pgoutput messages (PostgreSQL docs, "Logical Replication Message
+//! Formats") and their parser.
+
+use std::borrow::Cow;
+
+use super::tuple::TupleData;
+use super::{ParseContext, ProtocolVersion};
+use crate::error::DecodeError;
+use crate::reader::Reader;
+use crate::{Lsn, Oid, PgTimestamp, Xid};
+
+/// `B`: the start of a (non-streamed) transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Begin {
+    /// The final LSN of the transaction (its commit LSN).
+    pub final_lsn: Lsn,
+    /// Commit timestamp of the transaction.
+    pub commit_time: PgTimestamp,
+    /// Xid of the transaction.
+    pub xid: Xid,
+}
+
+/// `M`: a logical decoding message (`pg_logical_emit_message`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogicalDecodingMessage<'a> {
+    /// Xid of the streamed transaction (present only inside a stream block).
+    pub xid: Option<Xid>,
+    /// Whether the message is transactional (flag bit 1).
+    pub transactional: bool,
+    /// The LSN of the message.
+    pub lsn: Lsn,
+    /// The prefix given by the emitter.
+    pub prefix: Cow<'a, str>,
+    /// The content.
+    pub content: Cow<'a, [u8]>,
+}
+
+/// `C`: the commit of a (non-streamed) transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commit {
+    /// Flags; currently unused (0).
+    pub flags: u8,
+    /// The LSN of the commit.
+    pub commit_lsn: Lsn,
+    /// The end LSN of the transaction.
+    pub end_lsn: Lsn,
+    /// Commit timestamp of the transaction.
+    pub commit_time: PgTimestamp,
+}
+
+/// `O`: the origin of the transaction's changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin<'a> {
+    /// The commit LSN on the origin server.
+    pub commit_lsn: Lsn,
+    /// The origin name.
+    pub name: Cow<'a, str>,
+}
+
+/// A relation's replica identity setting (`pg_class.relreplident`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReplicaIdentity {
+    /// `d`: the primary key, if any.
+    Default,
+    /// `n`: nothing.
+    Nothing,
+    /// `f`: all columns.
+    Full,
+    /// `i`: a chosen unique index.
+    Index,
+    /// A setting this decoder does not know, kept as sent.
+    Other(u8),
+}
+
+impl ReplicaIdentity {
+    /// From the wire byte.
+    pub fn from_byte(b: u8) -> Self {
+        match b {
+            b'd' => ReplicaIdentity::Default,
+            b'n' => ReplicaIdentity::Nothing,
+            b'f' => ReplicaIdentity::Full,
+            b'i' => ReplicaIdentity::Index,
+            other => ReplicaIdentity::Other(other),
+        }
+    }
+
+    /// The wire byte.
+    pub fn as_byte(self) -> u8 {
+        match self {
+            ReplicaIdentity::Default => b'd',
+            ReplicaIdentity::Nothing => b'n',
+            ReplicaIdentity::Full => b'f',
+            ReplicaIdentity::Index => b'i',
+            ReplicaIdentity::Other(b) => b,
+        }
+    }
+}
+
+/// One column of a [`Relation`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column<'a> {
+    /// Flags: 0, or 1 if the column is part of the key.
+    pub flags: u8,
+    /// The column name.
+    pub name: Cow<'a, str>,
+    /// The column's data type oid.
+    pub type_oid: Oid,
+    /// The type modifier (`atttypmod`).
+    pub type_modifier: i32,
+}
+
+impl Column<'_> {
+    /// Whether the column is part of the replica identity key.
+    #[inline]
+    pub fn is_key(&self) -> bool {
+        self.flags & 1 != 0
+    }
+
+    /// A copy that owns its strings.
+    pub fn into_owned(self) -> Column<'static> {
+        Column {
+            flags: self.flags,
+            name: own_str(self.name),
+            type_oid: self.type_oid,
+            type_modifier: self.type_modifier,
+        }
+    }
+}
+
+/// `R`: a relation's schema, sent before the first change to it (and again
+/// after it changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relation<'a> {
+    /// Xid of the streamed transaction (present only inside a stream block).
+    pub xid: Option<Xid>,
+    /// The relation oid.
+    pub oid: Oid,
+    /// The namespace (empty for `pg_catalog`).
+    pub namespace: Cow<'a, str>,
+    /// The relation name.
+    pub name: Cow<'a, str>,
+    /// Replica identity setting.
+    pub replica_identity: ReplicaIdentity,
+    /// The columns, in the order tuples carry them.
+    pub columns: Vec<Column<'a>>,
+}
+
+/// `Y`: a data type's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Type<'a> {
+    /// Xid of the streamed transaction (present only inside a stream block).
+    pub xid: Option<Xid>,
+    /// The type oid.
+    pub oid: Oid,
+    /// The namespace (empty for `pg_catalog`).
+    pub namespace: Cow<'a, str>,
+    /// The type name.
+    pub name: Cow<'a, str>,
+}
+
+/// `I`: an inserted row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Insert<'a> {
+    /// Xid of the streamed transaction (present only inside a stream block).
+    pub xid: Option<Xid>,
+    /// The relation oid (described by an earlier [`Relation`]).
+    pub relation: Oid,
+    /// The new row.
+    pub new: TupleData<'a>,
+}
+
+/// The old row of an [`Update`] or [`Delete`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OldTuple<'a> {
+    /// `K`: the replica identity key columns (others are null).
+    Key(TupleData<'a>),
+    /// `O`: the whole old row (replica identity full).
+    Full(TupleData<'a>),
+}
+
+impl<'a> OldTuple<'a> {
+    /// The tuple, whichever kind.
+    #[inline]
+    pub fn tuple(&self) -> &TupleData<'a> {
+        match self {
+            OldTuple::Key(t) | OldTuple::Full(t) => t,
+        }
+    }
+
+    /// A copy that owns its bytes.
+    pub fn into_owned(self) -> OldTuple<'static> {
+        match self {
+            OldTuple::Key(t) => OldTuple::Key(t.into_owned()),
+            OldTuple::Full(t) => OldTuple::Full(t.into_owned()),
+        }
+    }
+}
+
+/// `U`: an updated row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update<'a> {
+    /// Xid of the streamed transaction (present only inside a stream block).
+    pub xid: Option<Xid>,
+    /// The relation oid.
+    pub relation: Oid,
+    /// The old key or row, when the key changed or replica identity is full.
+    pub old: Option<OldTuple<'a>>,
+    /// The new row.
+    pub new: TupleData<'a>,
+}
+
+/// `D`: a deleted row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delete<'a> {
+    /// Xid of the streamed transaction (present only inside a stream block).
+    pub xid: Option<Xid>,
+    /// The relation oid.
+    pub relation: Oid,
+    /// The old key or row.
+    pub old: OldTuple<'a>,
+}
+
+/// `T`: truncated relations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncate {
+    /// Xid of the streamed transaction (present only inside a stream block).
+    pub xid: Option<Xid>,
+    /// The option bits as sent: 1 = `CASCADE`, 2 = `RESTART IDENTITY`.
+    pub options: u8,
+    /// The truncated relations.
+    pub relations: Vec<Oid>,
+}
+
+impl Truncate {
+    /// `TRUNCATE ... CASCADE`.
+    #[inline]
+    pub fn cascade(&self) -> bool {
+        self.options & 1 != 0
+    }
+
+    /// `TRUNCATE ... RESTART IDENTITY`.
+    #[inline]
+    pub fn restart_identity(&self) -> bool {
+        self.options & 2 != 0
+    }
+}
+
+/// `S`: the start of a block of a streamed transaction's changes (v2+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamStart {
+    /// Xid of the (top-level) transaction.
+    pub xid: Xid,
+    /// Whether this is the transaction's first block.
+    pub first_segment: bool,
+}
+
+/// `c`: the commit of a streamed transaction (v2+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamCommit {
+    /// Xid of the transaction.
+    pub xid: Xid,
+    /// Flags; currently unused (0).
+    pub flags: u8,
+    /// The LSN of the commit.
+    pub commit_lsn: Lsn,
+    /// The end LSN of the transaction.
+    pub end_lsn: Lsn,
+    /// Commit timestamp of the transaction.
+    pub commit_time: PgTimestamp,
+}
+
+/// The abort position and time a Stream Abort carries with parallel
+/// streaming (v4, `streaming = parallel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamAbortInfo {
+    /// The LSN of the abort.
+    pub abort_lsn: Lsn,
+    /// Abort timestamp of the transaction.
+    pub abort_time: PgTimestamp,
+}
+
+/// `A`: the abort of a streamed transaction or one of its subtransactions (v2+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamAbort {
+    /// Xid of the top-level transaction.
+    pub xid: Xid,
+    /// Xid of the aborted subtransaction; equal to `xid` for the whole transaction.
+    pub subxid: Xid,
+    /// Present iff the context says parallel streaming is on (v4).
+    pub abort_info: Option<StreamAbortInfo>,
+}
+
+/// `b`: the start of a prepared transaction (v3+).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BeginPrepare<'a> {
+    /// The LSN of the prepare.
+    pub prepare_lsn: Lsn,
+    /// The end LSN of the prepared transaction.
+    pub end_lsn: Lsn,
+    /// Prepare timestamp of the transaction.
+    pub prepare_time: PgTimestamp,
+    /// Xid of the transaction.
+    pub xid: Xid,
+    /// The user-defined GID of the prepared transaction.
+    pub gid: Cow<'a, str>,
+}
+
+/// `P` (Prepare) and `p` (Stream Prepare): a transaction was prepared (v3+).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepare<'a> {
+    /// Flags; currently unused (0).
+    pub flags: u8,
+    /// The LSN of the prepare.
+    pub prepare_lsn: Lsn,
+    /// The end LSN of the prepared transaction.
+    pub end_lsn: Lsn,
+    /// Prepare timestamp of the transaction.
+    pub prepare_time: PgTimestamp,
+    /// Xid of the transaction.
+    pub xid: Xid,
+    /// The user-defined GID of the prepared transaction.
+    pub gid: Cow<'a, str>,
+}
+
+/// `K`: a prepared transaction was committed (v3+).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitPrepared<'a> {
+    /// Flags; currently unused (0).
+    pub flags: u8,
+    /// The LSN of the commit prepared.
+    pub commit_lsn: Lsn,
+    /// The end LSN of the commit prepared transaction.
+    pub end_lsn: Lsn,
+    /// Commit timestamp of the transaction.
+    pub commit_time: PgTimestamp,
+    /// Xid of the transaction.
+    pub xid: Xid,
+    /// The user-defined GID of the prepared transaction.
+    pub gid: Cow<'a, str>,
+}
+
+/// `r`: a prepared transaction was rolled back (v3+).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollbackPrepared<'a> {
+    /// Flags; currently unused (0).
+    pub flags: u8,
+    /// The end LSN of the prepared transaction.
+    pub prepare_end_lsn: Lsn,
+    /// The end LSN of the rollback prepared transaction.
+    pub rollback_end_lsn: Lsn,
+    /// Prepare timestamp of the transaction.
+    pub prepare_time: PgTimestamp,
+    /// Rollback timestamp of the transaction.
+    pub rollback_time: PgTimestamp,
+    /// Xid of the transaction.
+    pub xid: Xid,
+    /// The user-defined GID of the prepared transaction.
+    pub gid: Cow<'a, str>,
+}
+
+/// One pgoutput message, borrowing strings and column bytes from its buffer.
+///
+/// [`into_owned`](LogicalMessage::into_owned) gives an
+/// [`OwnedLogicalMessage`] that outlives the buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogicalMessage<'a> {
+    /// `B`
+    Begin(Begin),
+    /// `M`
+    Message(LogicalDecodingMessage<'a>),
+    /// `C`
+    Commit(Commit),
+    /// `O`
+    Origin(Origin<'a>),
+    /// `R`
+    Relation(Relation<'a>),
+    /// `Y`
+    Type(Type<'a>),
+    /// `I`
+    Insert(Insert<'a>),
+    /// `U`
+    Update(Update<'a>),
+    /// `D`
+    Delete(Delete<'a>),
+    /// `T`
+    Truncate(Truncate),
+    /// `S` (v2+)
+    StreamStart(StreamStart),
+    /// `E` (v2+)
+    StreamStop,
+    /// `c` (v2+)
+    StreamCommit(StreamCommit),
+    /// `A` (v2+)
+    StreamAbort(StreamAbort),
+    /// `b` (v3+)
+    BeginPrepare(BeginPrepare<'a>),
+    /// `P` (v3+)
+    Prepare(Prepare<'a>),
+    /// `K` (v3+)
+    CommitPrepared(CommitPrepared<'a>),
+    /// `r` (v3+)
+    RollbackPrepared(RollbackPrepared<'a>),
+    /// `p` (v3+)
+    StreamPrepare(Prepare<'a>),
+}
+
+/// A [`LogicalMessage`] that owns all its data.
+pub type OwnedLogicalMessage = LogicalMessage<'static>;
+
+#[inline]
+fn own_str(s: Cow<'_, str>) -> Cow<'static, str> {
+    Cow::Owned(s.into_owned())
+}
+
+#[inline]
+fn own_bytes(s: Cow<'_, [u8]>) -> Cow<'static, [u8]> {
+    Cow::Owned(s.into_owned())
+}
+
+#[inline]
+fn lsn(r: &mut Reader<'_>) -> Result<Lsn, DecodeError> {
+    r.u64().map(Lsn::from_u64)
+}
+
+#[inline]
+fn ts(r: &mut Reader<'_>) -> Result<PgTimestamp, DecodeError> {
+    r.i64().map(PgTimestamp::from_pg_micros)
+}
+
+#[inline]
+fn stream_xid(r: &mut Reader<'_>, ctx: ParseContext) -> Result<Option<Xid>, DecodeError> {
+    if ctx.in_stream {
+        r.u32().map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+#[inline]
+fn cstr<'a>(r: &mut Reader<'a>) -> Result<Cow<'a, str>, DecodeError> {
+    r.cstr().map(Cow::Borrowed)
+}
+
+/// The `N` marker before a new tuple.
+#[inline]
+fn expect_new(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+    let at = r.pos();
+    match r.u8()? {
+        b'N' => Ok(()),
+        marker => Err(DecodeError::InvalidTupleMarker { marker, offset: at }),
+    }
+}
+
+#[inline]
+fn old_tuple<'a>(r: &mut Reader<'a>, marker: u8, at: usize) -> Result<OldTuple<'a>, DecodeError> {
+    match marker {
+        b'K' => Ok(OldTuple::Key(TupleData::parse(r)?)),
+        b'O' => Ok(OldTuple::Full(TupleData::parse(r)?)),
+        marker => Err(DecodeError::InvalidTupleMarker { marker, offset: at }),
+    }
+}
+
+/// The protocol version that introduced a message tag, or `None` if unknown.
+fn since_version(tag: u8) -> Option<u32> {
+    match tag {
+        b'B' | b'M' | b'C' | b'O' | b'R' | b'Y' | b'I' | b'U' | b'D' | b'T' => Some(1),
+        b'S' | b'E' | b'c' | b'A' => Some(2),
+        b'b' | b'P' | b'K' | b'r' | b'p' => Some(3),
+        _ => None,
+    }
+}
+
+impl<'a> LogicalMessage<'a> {
+    /// Parses one pgoutput message (the `data` of an XLogData).
+    ///
+    /// Version-dependent fields are read according to `ctx`, never guessed
+    /// from the length; the whole buffer must be consumed.
+    // Always inlined: the row-change path is small, and building the message
+    // in the caller's frame avoids copying it through a return slot.
+    #[inline(always)]
+    pub fn parse(buf: &'a [u8], ctx: ParseContext) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(buf);
+        let tag = r.u8()?;
+        let msg = match tag {
+            // The hot path first.
+            b'I' => {
+                let xid = stream_xid(&mut r, ctx)?;
+                let relation = r.u32()?;
+                expect_new(&mut r)?;
+                let new = TupleData::parse(&mut r)?;
+                LogicalMessage::Insert(Insert { xid, relation, new })
+            }
+            b'U' => {
+                let xid = stream_xid(&mut r, ctx)?;
+                let relation = r.u32()?;
+                let at = r.pos();
+                let old = match r.u8()? {
+                    b'N' => None,
+                    marker => {
+                        let old = old_tuple(&mut r, marker, at)?;
+                        expect_new(&mut r)?;
+                        Some(old)
+                    }
+                };
+                let new = TupleData::parse(&mut r)?;
+                LogicalMessage::Update(Update {
+                    xid,
+                    relation,
+                    old,
+                    new,
+                })
+            }
+            b'D' => {
+                let xid = stream_xid(&mut r, ctx)?;
+                let relation = r.u32()?;
+                let at = r.pos();
+                let marker = r.u8()?;
+                let old = old_tuple(&mut r, marker, at)?;
+                LogicalMessage::Delete(Delete { xid, relation, old })
+            }
+            _ => Self::parse_other(tag, &mut r, ctx)?,
+        };
+        r.finish()?;
+        Ok(msg)
+    }
+
+    #[inline(never)]
+    fn parse_other(tag: u8, r: &mut Reader<'a>, ctx: ParseContext) -> Result<Self, DecodeError> {
+        match since_version(tag) {
+            None => return Err(DecodeError::UnknownTag { tag, offset: 0 }),
+            Some(v) if v > ctx.version.get() => {
+                return Err(DecodeError::NotInProtocolVersion {
+                    tag,
+                    version: ctx.version.get(),
+                    offset: 0,
+                })
+            }
+            Some(_) => {}
+        }
+        Ok(match tag {
+            b'B' => LogicalMessage::Begin(Begin {
+                final_lsn: lsn(r)?,
+                commit_time: ts(r)?,
+                xid: r.u32()?,
+            }),
+            b'M' => {
+                let xid = stream_xid(r, ctx)?;
+                let flags = r.u8()?;
+                let lsn = lsn(r)?;
+                let prefix = cstr(r)?;
+                let len = r.len32()?;
+                let content = Cow::Borrowed(r.bytes(len)?);
+                LogicalMessage::Message(LogicalDecodingMessage {
+                    xid,
+                    transactional: flags & 1 != 0,
+                    lsn,
+                    prefix,
+                    content,
+                })
+            }
+            b'C' => LogicalMessage::Commit(Commit {
+                flags: r.u8()?,
+                commit_lsn: lsn(r)?,
+                end_lsn: lsn(r)?,
+                commit_time: ts(r)?,
+            }),
+            b'O' => LogicalMessage::Origin(Origin {
+                commit_lsn: lsn(r)?,
+                name: cstr(r)?,
+            }),
+            b'R' => {
+                let xid = stream_xid(r, ctx)?;
+                let oid = r.u32()?;
+                let namespace = cstr(r)?;
+                let name = cstr(r)?;
+                let replica_identity = ReplicaIdentity::from_byte(r.u8()?);
+                let n = r.count16()?;
+                // Each column takes at least 10 bytes: never reserve more than
+                // the buffer could hold.
+                let mut columns = Vec::with_capacity(usize::from(n).min(r.remaining() / 10));
+                for _ in 0..n {
+                    columns.push(Column {
+                        flags: r.u8()?,
+                        name: cstr(r)?,
+                        type_oid: r.u32()?,
+                        type_modifier: r.i32()?,
+                    });
+                }
+                LogicalMessage::Relation(Relation {
+                    xid,
+                    oid,
+                    namespace,
+                    name,
+                    replica_identity,
+                    columns,
+                })
+            }
+            b'Y' => LogicalMessage::Type(Type {
+                xid: stream_xid(r, ctx)?,
+                oid: r.u32()?,
+                namespace: cstr(r)?,
+                name: cstr(r)?,
+            }),
+            b'T' => {
+                let xid = stream_xid(r, ctx)?;
+                let n = r.len32()?;
+                let options = r.u8()?;
+                let mut relations = Vec::with_capacity(n.min(r.remaining() / 4));
+                for _ in 0..n {
+                    relations.push(r.u32()?);
+                }
+                LogicalMessage::Truncate(Truncate {
+                    xid,
+                    options,
+                    relations,
+                })
+            }
+            b'S' => LogicalMessage::StreamStart(StreamStart {
+                xid: r.u32()?,
+                first_segment: r.u8()? != 0,
+            }),
+            b'E' => LogicalMessage::StreamStop,
+            b'c' => LogicalMessage::StreamCommit(StreamCommit {
+                xid: r.u32()?,
+                flags: r.u8()?,
+                commit_lsn: lsn(r)?,
+                end_lsn: lsn(r)?,
+                commit_time: ts(r)?,
+            }),
+            b'A' => {
+                let xid = r.u32()?;
+                let subxid = r.u32()?;
+                let abort_info = if ctx.stream_abort_has_info() {
+                    Some(StreamAbortInfo {
+                        abort_lsn: lsn(r)?,
+                        abort_time: ts(r)?,
+                    })
+                } else {
+                    None
+                };
+                LogicalMessage::StreamAbort(StreamAbort {
+                    xid,
+                    subxid,
+                    abort_info,
+                })
+            }
+            b'b' => LogicalMessage::BeginPrepare(BeginPrepare {
+                prepare_lsn: lsn(r)?,
+                end_lsn: lsn(r)?,
+                prepare_time: ts(r)?,
+                xid: r.u32()?,
+                gid: cstr(r)?,
+            }),
+            b'P' => LogicalMessage::Prepare(parse_prepare(r)?),
+            b'p' => LogicalMessage::StreamPrepare(parse_prepare(r)?),
+            b'K' => LogicalMessage::CommitPrepared(CommitPrepared {
+                flags: r.u8()?,
+                commit_lsn: lsn(r)?,
+                end_lsn: lsn(r)?,
+                commit_time: ts(r)?,
+                xid: r.u32()?,
+                gid: cstr(r)?,
+            }),
+            b'r' => LogicalMessage::RollbackPrepared(RollbackPrepared {
+                flags: r.u8()?,
+                prepare_end_lsn: lsn(r)?,
+                rollback_end_lsn: lsn(r)?,
+                prepare_time: ts(r)?,
+                rollback_time: ts(r)?,
+                xid: r.u32()?,
+                gid: cstr(r)?,
+            }),
+            // `since_version` knows exactly the tags above plus I/U/D, which
+            // `parse` handled.
+            tag => return Err(DecodeError::UnknownTag { tag, offset: 0 }),
+        })
+    }
+
+    /// The message's tag byte.
+    pub fn tag(&self) -> u8 {
+        match self {
+            LogicalMessage::Begin(_) => b'B',
+            LogicalMessage::Message(_) => b'M',
+            LogicalMessage::Commit(_) => b'C',
+            LogicalMessage::Origin(_) => b'O',
+            LogicalMessage::Relation(_) => b'R',
+            LogicalMessage::Type(_) => b'Y',
+            LogicalMessage::Insert(_) => b'I',
+            LogicalMessage::Update(_) => b'U',
+            LogicalMessage::Delete(_) => b'D',
+            LogicalMessage::Truncate(_) => b'T',
+            LogicalMessage::StreamStart(_) => b'S',
+            LogicalMessage::StreamStop => b'E',
+            LogicalMessage::StreamCommit(_) => b'c',
+            LogicalMessage::StreamAbort(_) => b'A',
+            LogicalMessage::BeginPrepare(_) => b'b',
+            LogicalMessage::Prepare(_) => b'P',
+            LogicalMessage::CommitPrepared(_) => b'K',
+            LogicalMessage::RollbackPrepared(_) => b'r',
+            LogicalMessage::StreamPrepare(_) => b'p',
+        }
+    }
+
+    /// The message's name as the PostgreSQL docs spell it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LogicalMessage::Begin(_) => "Begin",
+            LogicalMessage::Message(_) => "Message",
+            LogicalMessage::Commit(_) => "Commit",
+            LogicalMessage::Origin(_) => "Origin",
+            LogicalMessage::Relation(_) => "Relation",
+            LogicalMessage::Type(_) => "Type",
+            LogicalMessage::Insert(_) => "Insert",
+            LogicalMessage::Update(_) => "Update",
+            LogicalMessage::Delete(_) => "Delete",
+            LogicalMessage::Truncate(_) => "Truncate",
+            LogicalMessage::StreamStart(_) => "Stream Start",
+            LogicalMessage::StreamStop => "Stream Stop",
+            LogicalMessage::StreamCommit(_) => "Stream Commit",
+            LogicalMessage::StreamAbort(_) => "Stream Abort",
+            LogicalMessage::BeginPrepare(_) => "Begin Prepare",
+            LogicalMessage::Prepare(_) => "Prepare",
+            LogicalMessage::CommitPrepared(_) => "Commit Prepared",
+            LogicalMessage::RollbackPrepared(_) => "Rollback Prepared",
+            LogicalMessage::StreamPrepare(_) => "Stream Prepare",
+        }
+    }
+
+    /// The first protocol version that has this message.
+    pub fn since_version(&self) -> ProtocolVersion {
+        match since_version(self.tag()) {
+            Some(2) => ProtocolVersion::V2,
+            Some(3) => ProtocolVersion::V3,
+            _ => ProtocolVersion::V1,
+        }
+    }
+
+    /// A copy that owns all its data, to keep past the input buffer.
+    pub fn into_owned(self) -> OwnedLogicalMessage {
+        match self {
+            LogicalMessage::Begin(m) => LogicalMessage::Begin(m),
+            LogicalMessage::Message(m) => LogicalMessage::Message(LogicalDecodingMessage {
+                xid: m.xid,
+                transactional: m.transactional,
+                lsn: m.lsn,
+                prefix: own_str(m.prefix),
+                content: own_bytes(m.content),
+            }),
+            LogicalMessage::Commit(m) => LogicalMessage::Commit(m),
+            LogicalMessage::Origin(m) => LogicalMessage::Origin(Origin {
+                commit_lsn: m.commit_lsn,
+                name: own_str(m.name),
+            }),
+            LogicalMessage::Relation(m) => LogicalMessage::Relation(m.into_owned()),
+            LogicalMessage::Type(m) => LogicalMessage::Type(m.into_owned()),
+            LogicalMessage::Insert(m) => LogicalMessage::Insert(m.into_owned()),
+            LogicalMessage::Update(m) => LogicalMessage::Update(m.into_owned()),
+            LogicalMessage::Delete(m) => LogicalMessage::Delete(m.into_owned()),
+            LogicalMessage::Truncate(m) => LogicalMessage::Truncate(m),
+            LogicalMessage::StreamStart(m) => LogicalMessage::StreamStart(m),
+            LogicalMessage::StreamStop => LogicalMessage::StreamStop,
+            LogicalMessage::StreamCommit(m) => LogicalMessage::StreamCommit(m),
+            LogicalMessage::StreamAbort(m) => LogicalMessage::StreamAbort(m),
+            LogicalMessage::BeginPrepare(m) => LogicalMessage::BeginPrepare(BeginPrepare {
+                prepare_lsn: m.prepare_lsn,
+                end_lsn: m.end_lsn,
+                prepare_time: m.prepare_time,
+                xid: m.xid,
+                gid: own_str(m.gid),
+            }),
+            LogicalMessage::Prepare(m) => LogicalMessage::Prepare(m.into_owned()),
+            LogicalMessage::CommitPrepared(m) => LogicalMessage::CommitPrepared(CommitPrepared {
+                flags: m.flags,
+                commit_lsn: m.commit_lsn,
+                end_lsn: m.end_lsn,
+                commit_time: m.commit_time,
+                xid: m.xid,
+                gid: own_str(m.gid),
+            }),
+            LogicalMessage::RollbackPrepared(m) => {
+                LogicalMessage::RollbackPrepared(RollbackPrepared {
+                    flags: m.flags,
+                    prepare_end_lsn: m.prepare_end_lsn,
+                    rollback_end_lsn: m.rollback_end_lsn,
+                    prepare_time: m.prepare_time,
+                    rollback_time: m.rollback_time,
+                    xid: m.xid,
+                    gid: own_str(m.gid),
+                })
+            }
+            LogicalMessage::StreamPrepare(m) => LogicalMessage::StreamPrepare(m.into_owned()),
+        }
+    }
+}
+
+fn parse_prepare<'a>(r: &mut Reader<'a>) -> Result<Prepare<'a>, DecodeError> {
+    Ok(Prepare {
+        flags: r.u8()?,
+        prepare_lsn: lsn(r)?,
+        end_lsn: lsn(r)?,
+        prepare_time: ts(r)?,
+        xid: r.u32()?,
+        gid: cstr(r)?,
+    })
+}
+
+impl Relation<'_> {
+    /// A copy that owns its strings.
+    pub fn into_owned(self) -> Relation<'static> {
+        Relation {
+            xid: self.xid,
+            oid: self.oid,
+            namespace: own_str(self.namespace),
+            name: own_str(self.name),
+            replica_identity: self.replica_identity,
+            columns: self.columns.into_iter().map(Column::into_owned).collect(),
+        }
+    }
+}
+
+impl Type<'_> {
+    /// A copy that owns its strings.
+    pub fn into_owned(self) -> Type<'static> {
+        Type {
+            xid: self.xid,
+            oid: self.oid,
+            namespace: own_str(self.namespace),
+            name: own_str(self.name),
+        }
+    }
+}
+
+impl Insert<'_> {
+    /// A copy that owns its bytes.
+    pub fn into_owned(self) -> Insert<'static> {
+        Insert {
+            xid: self.xid,
+            relation: self.relation,
+            new: self.new.into_owned(),
+        }
+    }
+}
+
+impl Update<'_> {
+    /// A copy that owns its bytes.
+    pub fn into_owned(self) -> Update<'static> {
+        Update {
+            xid: self.xid,
+            relation: self.relation,
+            old: self.old.map(OldTuple::into_owned),
+            new: self.new.into_owned(),
+        }
+    }
+}
+
+impl Delete<'_> {
+    /// A copy that owns its bytes.
+    pub fn into_owned(self) -> Delete<'static> {
+        Delete {
+            xid: self.xid,
+            relation: self.relation,
+            old: self.old.into_owned(),
+        }
+    }
+}
+
+impl Prepare<'_> {
+    /// A copy that owns its strings.
+    pub fn into_owned(self) -> Prepare<'static> {
+        Prepare {
+            flags: self.flags,
+            prepare_lsn: self.prepare_lsn,
+            end_lsn: self.end_lsn,
+            prepare_time: self.prepare_time,
+            xid: self.xid,
+            gid: own_str(self.gid),
+        }
+    }
+}
+
+impl LogicalDecodingMessage<'_> {
+    /// A copy that owns its data.
+    pub fn into_owned(self) -> LogicalDecodingMessage<'static> {
+        LogicalDecodingMessage {
+            xid: self.xid,
+            transactional: self.transactional,
+            lsn: self.lsn,
+            prefix: own_str(self.prefix),
+            content: own_bytes(self.content),
+        }
+    }
+}
