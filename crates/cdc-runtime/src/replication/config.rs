@@ -1,0 +1,905 @@
+//! Connection settings for a replication connection, parsed from libpq-style
+//! `key=value` strings or `postgresql://` URLs.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The default TCP port of PostgreSQL.
+pub const DEFAULT_PORT: u16 = 5432;
+/// The `application_name` sent when none is configured.
+pub const DEFAULT_APPLICATION_NAME: &str = "pgcdc";
+/// How long connecting (TCP, TLS, startup and authentication) may take when no
+/// `connect_timeout` is configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The keys accepted in a `key=value` string or as URL query parameters.
+const SUPPORTED_KEYS: &str = "host, hostaddr, port, dbname, user, password, application_name, \
+     fallback_application_name, sslmode, sslrootcert, connect_timeout, replication";
+
+/// Whether and how TLS is used, with libpq's meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum SslMode {
+    /// Never use TLS.
+    Disable,
+    /// Use TLS when the server offers it, without verifying the certificate;
+    /// fall back to a plain connection when the server does not support TLS.
+    #[default]
+    Prefer,
+    /// Always use TLS, fail when the server does not offer it. The certificate is
+    /// not verified unless `sslrootcert` is set, in which case this behaves like
+    /// [`SslMode::VerifyCa`] (as in libpq).
+    Require,
+    /// Always use TLS and check that the server certificate chains to a trusted
+    /// root; the host name is not checked.
+    VerifyCa,
+    /// Always use TLS, check the chain and that the certificate is valid for the
+    /// host name connected to.
+    VerifyFull,
+}
+
+impl SslMode {
+    /// The libpq spelling (`disable`, `prefer`, `require`, `verify-ca`, `verify-full`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    /// Whether a connection without TLS is refused.
+    pub const fn requires_tls(self) -> bool {
+        matches!(
+            self,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull
+        )
+    }
+}
+
+impl fmt::Display for SslMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SslMode {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "disable" => Ok(SslMode::Disable),
+            "prefer" => Ok(SslMode::Prefer),
+            "require" => Ok(SslMode::Require),
+            "verify-ca" => Ok(SslMode::VerifyCa),
+            "verify-full" => Ok(SslMode::VerifyFull),
+            // libpq's `allow` tries plain first; we do not offer that downgrade order.
+            _ => Err(ConfigError::InvalidValue {
+                key: "sslmode".into(),
+                value: s.into(),
+                reason: "expected disable, prefer, require, verify-ca or verify-full",
+            }),
+        }
+    }
+}
+
+/// Where trusted root certificates come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RootCertSource {
+    /// A PEM file with one or more CA certificates.
+    File(PathBuf),
+    /// The operating system's trust store (`sslrootcert=system`, as in libpq 16).
+    System,
+}
+
+/// A configuration setting that could not be parsed or is not supported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The `key=value` string is malformed.
+    #[error("invalid connection string at byte {position}: {reason}")]
+    Syntax {
+        /// Byte offset in the input where the problem was found.
+        position: usize,
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// The URL is malformed.
+    #[error("invalid connection URL: {reason}")]
+    Url {
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// A key that pgcdc does not know or support.
+    #[error("unknown connection setting {key:?}; supported settings are: {SUPPORTED_KEYS}")]
+    UnknownKey {
+        /// The key as written.
+        key: String,
+    },
+    /// A value that is not valid for its key. Passwords are never stored here.
+    #[error("invalid value {value:?} for {key}: {reason}")]
+    InvalidValue {
+        /// The key.
+        key: String,
+        /// The rejected value.
+        value: String,
+        /// What is expected.
+        reason: &'static str,
+    },
+    /// No user name was given.
+    #[error("no user given: set user=... in the connection string or user@ in the URL")]
+    MissingUser,
+    /// Several hosts (`host=a,b`) were given; failover lists are not supported.
+    #[error("several hosts given ({0:?}); pgcdc connects to exactly one host")]
+    MultipleHosts(String),
+    /// A Unix-domain socket directory was given as host.
+    #[error("host {0:?} is a Unix-domain socket directory, which is not supported; use a TCP host such as host=127.0.0.1")]
+    UnixSocket(String),
+}
+
+/// Settings of one replication connection.
+///
+/// Built with [`ReplicationConfig::new`] and setters, or parsed with
+/// [`FromStr`] from a libpq-style `key=value` string
+/// (`host=db port=5432 user=cdc dbname=app sslmode=verify-full`) or a
+/// `postgresql://user:password@host:port/dbname?sslmode=require` URL.
+///
+/// The password is never printed: [`fmt::Debug`] redacts it and
+/// [`fmt::Display`] (the same as [`ReplicationConfig::redacted`]) leaves it out,
+/// so both are safe for logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ReplicationConfig {
+    host: String,
+    hostaddr: Option<IpAddr>,
+    port: u16,
+    dbname: Option<String>,
+    user: String,
+    password: Option<String>,
+    application_name: Option<String>,
+    fallback_application_name: Option<String>,
+    sslmode: SslMode,
+    sslrootcert: Option<RootCertSource>,
+    connect_timeout: Duration,
+}
+
+impl ReplicationConfig {
+    /// Settings for `user` on `localhost:5432`, database named like the user,
+    /// `sslmode=prefer`, no password.
+    pub fn new(user: impl Into<String>) -> Self {
+        ReplicationConfig {
+            host: "localhost".into(),
+            hostaddr: None,
+            port: DEFAULT_PORT,
+            dbname: None,
+            user: user.into(),
+            password: None,
+            application_name: None,
+            fallback_application_name: None,
+            sslmode: SslMode::default(),
+            sslrootcert: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The host name (or IP address) to connect to; also the name checked by
+    /// `sslmode=verify-full`.
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = host.into();
+        self
+    }
+
+    /// An IP address to connect to instead of resolving [`host`](Self::host),
+    /// which is then only used for TLS name checks (libpq's `hostaddr`).
+    pub fn hostaddr(mut self, addr: IpAddr) -> Self {
+        self.hostaddr = Some(addr);
+        self
+    }
+
+    /// The TCP port.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The database whose changes are streamed (defaults to the user name).
+    pub fn dbname(mut self, dbname: impl Into<String>) -> Self {
+        self.dbname = Some(dbname.into());
+        self
+    }
+
+    /// The password, used for cleartext, md5 and SCRAM-SHA-256 authentication.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// The `application_name` shown in `pg_stat_replication`.
+    pub fn application_name(mut self, name: impl Into<String>) -> Self {
+        self.application_name = Some(name.into());
+        self
+    }
+
+    /// The TLS mode.
+    pub fn sslmode(mut self, mode: SslMode) -> Self {
+        self.sslmode = mode;
+        self
+    }
+
+    /// Trusted root certificates for `verify-ca` / `verify-full` (and `require`).
+    pub fn sslrootcert(mut self, source: RootCertSource) -> Self {
+        self.sslrootcert = Some(source);
+        self
+    }
+
+    /// How long connecting, TLS and authentication may take in total.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The configured host name.
+    pub fn get_host(&self) -> &str {
+        &self.host
+    }
+
+    /// The configured `hostaddr`, if any.
+    pub fn get_hostaddr(&self) -> Option<IpAddr> {
+        self.hostaddr
+    }
+
+    /// The TCP port.
+    pub fn get_port(&self) -> u16 {
+        self.port
+    }
+
+    /// The database name (the user name when none was set).
+    pub fn get_dbname(&self) -> &str {
+        self.dbname.as_deref().unwrap_or(&self.user)
+    }
+
+    /// The user name.
+    pub fn get_user(&self) -> &str {
+        &self.user
+    }
+
+    /// The password, if one is configured. Take care not to log it.
+    pub fn get_password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// The `application_name` sent to the server.
+    pub fn get_application_name(&self) -> &str {
+        self.application_name
+            .as_deref()
+            .or(self.fallback_application_name.as_deref())
+            .unwrap_or(DEFAULT_APPLICATION_NAME)
+    }
+
+    /// The TLS mode.
+    pub fn get_sslmode(&self) -> SslMode {
+        self.sslmode
+    }
+
+    /// The configured root certificates, if any.
+    pub fn get_sslrootcert(&self) -> Option<&RootCertSource> {
+        self.sslrootcert.as_ref()
+    }
+
+    /// The connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// A `key=value` form of these settings without the password, for logs.
+    pub fn redacted(&self) -> String {
+        self.to_string()
+    }
+
+    /// Parse a libpq `key=value` connection string.
+    pub fn from_key_value(input: &str) -> Result<Self, ConfigError> {
+        let mut builder = Builder::default();
+        for pair in KeyValueParser::new(input) {
+            let (key, value) = pair?;
+            builder.set(&key, value)?;
+        }
+        builder.finish()
+    }
+
+    /// Parse a `postgresql://` (or `postgres://`) URL, percent-decoding every part.
+    pub fn from_url(input: &str) -> Result<Self, ConfigError> {
+        let rest = input
+            .strip_prefix("postgresql://")
+            .or_else(|| input.strip_prefix("postgres://"))
+            .ok_or(ConfigError::Url {
+                reason: "expected the scheme postgresql:// or postgres://",
+            })?;
+        let mut builder = Builder::default();
+        let (before_query, query) = match rest.split_once('?') {
+            Some((a, q)) => (a, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match before_query.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (before_query, None),
+        };
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        if let Some(userinfo) = userinfo {
+            let (user, password) = match userinfo.split_once(':') {
+                Some((u, p)) => (u, Some(p)),
+                None => (userinfo, None),
+            };
+            if !user.is_empty() {
+                builder.set("user", percent_decode("user", user)?)?;
+            }
+            if let Some(password) = password {
+                builder.set("password", percent_decode("password", password)?)?;
+            }
+        }
+        if hostport.contains(',') {
+            return Err(ConfigError::MultipleHosts(hostport.into()));
+        }
+        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+            let (addr, after) = v6.split_once(']').ok_or(ConfigError::Url {
+                reason: "unterminated [ in an IPv6 host",
+            })?;
+            let port = match after {
+                "" => None,
+                p => Some(p.strip_prefix(':').ok_or(ConfigError::Url {
+                    reason: "expected :port after ]",
+                })?),
+            };
+            (addr, port)
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (hostport, None),
+            }
+        };
+        if !host.is_empty() {
+            builder.set("host", percent_decode("host", host)?)?;
+        }
+        if let Some(port) = port {
+            if !port.is_empty() {
+                builder.set("port", port.to_owned())?;
+            }
+        }
+        if let Some(path) = path {
+            if !path.is_empty() {
+                builder.set("dbname", percent_decode("dbname", path)?)?;
+            }
+        }
+        if let Some(query) = query {
+            for param in query.split('&').filter(|p| !p.is_empty()) {
+                let (key, value) = param.split_once('=').ok_or(ConfigError::Url {
+                    reason: "query parameter without =",
+                })?;
+                let key = percent_decode("query parameter", key)?;
+                let value = percent_decode(&key, value)?;
+                builder.set(&key, value)?;
+            }
+        }
+        builder.finish()
+    }
+}
+
+impl FromStr for ReplicationConfig {
+    type Err = ConfigError;
+
+    /// Parses a URL when the input starts with `postgresql://` or `postgres://`,
+    /// a `key=value` string otherwise.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let trimmed = s.trim_start();
+        if trimmed.starts_with("postgresql://") || trimmed.starts_with("postgres://") {
+            Self::from_url(trimmed.trim_end())
+        } else {
+            Self::from_key_value(s)
+        }
+    }
+}
+
+impl fmt::Debug for ReplicationConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplicationConfig")
+            .field("host", &self.host)
+            .field("hostaddr", &self.hostaddr)
+            .field("port", &self.port)
+            .field("dbname", &self.get_dbname())
+            .field("user", &self.user)
+            .field(
+                "password",
+                &self.password.as_ref().map(|_| Redacted).as_ref(),
+            )
+            .field("application_name", &self.get_application_name())
+            .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+struct Redacted;
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// `key=value` form without the password; values are quoted when needed.
+impl fmt::Display for ReplicationConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "host={}", QuotedValue(&self.host))?;
+        if let Some(addr) = self.hostaddr {
+            write!(f, " hostaddr={addr}")?;
+        }
+        write!(
+            f,
+            " port={} dbname={} user={} application_name={} sslmode={}",
+            self.port,
+            QuotedValue(self.get_dbname()),
+            QuotedValue(&self.user),
+            QuotedValue(self.get_application_name()),
+            self.sslmode
+        )?;
+        match &self.sslrootcert {
+            Some(RootCertSource::File(path)) => {
+                write!(
+                    f,
+                    " sslrootcert={}",
+                    QuotedValue(&path.display().to_string())
+                )?;
+            }
+            Some(RootCertSource::System) => f.write_str(" sslrootcert=system")?,
+            None => {}
+        }
+        write!(f, " connect_timeout={}", self.connect_timeout.as_secs())
+    }
+}
+
+/// A value in libpq `key=value` syntax: quoted when empty or when it holds
+/// whitespace, quotes or backslashes.
+struct QuotedValue<'a>(&'a str);
+
+impl fmt::Display for QuotedValue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let needs_quotes = self.0.is_empty()
+            || self
+                .0
+                .chars()
+                .any(|c| c.is_whitespace() || c == '\'' || c == '\\');
+        if !needs_quotes {
+            return f.write_str(self.0);
+        }
+        f.write_str("'")?;
+        for c in self.0.chars() {
+            if c == '\'' || c == '\\' {
+                f.write_str("\\")?;
+            }
+            write!(f, "{c}")?;
+        }
+        f.write_str("'")
+    }
+}
+
+#[derive(Default)]
+struct Builder {
+    host: Option<String>,
+    hostaddr: Option<IpAddr>,
+    port: Option<u16>,
+    dbname: Option<String>,
+    user: Option<String>,
+    password: Option<String>,
+    application_name: Option<String>,
+    fallback_application_name: Option<String>,
+    sslmode: Option<SslMode>,
+    sslrootcert: Option<RootCertSource>,
+    connect_timeout: Option<Duration>,
+}
+
+impl Builder {
+    fn set(&mut self, key: &str, value: String) -> Result<(), ConfigError> {
+        let invalid = |reason: &'static str, value: String| ConfigError::InvalidValue {
+            key: key.into(),
+            value,
+            reason,
+        };
+        match key {
+            "host" => {
+                if value.contains(',') {
+                    return Err(ConfigError::MultipleHosts(value));
+                }
+                if value.starts_with('/') || value.starts_with('@') {
+                    return Err(ConfigError::UnixSocket(value));
+                }
+                if value.is_empty() {
+                    return Err(invalid("the host must not be empty", value));
+                }
+                self.host = Some(value);
+            }
+            "hostaddr" => {
+                if value.contains(',') {
+                    return Err(ConfigError::MultipleHosts(value));
+                }
+                let addr = value
+                    .parse::<IpAddr>()
+                    .map_err(|_| invalid("expected a numeric IPv4 or IPv6 address", value))?;
+                self.hostaddr = Some(addr);
+            }
+            "port" => {
+                let port = value
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| invalid("expected a TCP port number 1-65535", value))?;
+                self.port = Some(port);
+            }
+            "dbname" => self.dbname = Some(value),
+            "user" => self.user = Some(value),
+            "password" => self.password = Some(value),
+            "application_name" => self.application_name = Some(value),
+            "fallback_application_name" => self.fallback_application_name = Some(value),
+            "sslmode" => self.sslmode = Some(value.parse()?),
+            "sslrootcert" => {
+                self.sslrootcert = Some(if value == "system" {
+                    RootCertSource::System
+                } else if value.is_empty() {
+                    return Err(invalid("expected a file path or `system`", value));
+                } else {
+                    RootCertSource::File(PathBuf::from(value))
+                })
+            }
+            "connect_timeout" => {
+                let secs = value.trim().parse::<u64>().map_err(|_| {
+                    invalid("expected a whole number of seconds (0 = no limit)", value)
+                })?;
+                // libpq: 0 means wait forever; we bound it to a day so a typo cannot hang a job.
+                let secs = if secs == 0 { 86_400 } else { secs.max(2) };
+                self.connect_timeout = Some(Duration::from_secs(secs));
+            }
+            "replication" => {
+                if value != "database" {
+                    return Err(invalid(
+                        "pgcdc always opens logical replication connections (replication=database)",
+                        value,
+                    ));
+                }
+            }
+            _ => return Err(ConfigError::UnknownKey { key: key.into() }),
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<ReplicationConfig, ConfigError> {
+        let user = self
+            .user
+            .filter(|u| !u.is_empty())
+            .ok_or(ConfigError::MissingUser)?;
+        Ok(ReplicationConfig {
+            host: self.host.unwrap_or_else(|| "localhost".into()),
+            hostaddr: self.hostaddr,
+            port: self.port.unwrap_or(DEFAULT_PORT),
+            dbname: self.dbname.filter(|d| !d.is_empty()),
+            user,
+            password: self.password,
+            application_name: self.application_name,
+            fallback_application_name: self.fallback_application_name,
+            sslmode: self.sslmode.unwrap_or_default(),
+            sslrootcert: self.sslrootcert,
+            connect_timeout: self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+        })
+    }
+}
+
+/// Percent-decodes one URL component, rejecting malformed escapes and invalid UTF-8.
+fn percent_decode(key: &str, raw: &str) -> Result<String, ConfigError> {
+    let bytes = raw.as_bytes();
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let ok = matches!(
+                (bytes.get(i + 1), bytes.get(i + 2)),
+                (Some(h), Some(l)) if h.is_ascii_hexdigit() && l.is_ascii_hexdigit()
+            );
+            if !ok {
+                return Err(ConfigError::Url {
+                    reason: "a % must be followed by two hexadecimal digits",
+                });
+            }
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| ConfigError::InvalidValue {
+            key: key.into(),
+            // Never echo what may be a password.
+            value: String::new(),
+            reason: "percent-decoded value is not valid UTF-8",
+        })
+}
+
+/// Iterates over the `key=value` pairs of a libpq connection string.
+struct KeyValueParser<'a> {
+    input: &'a str,
+    pos: usize,
+    failed: bool,
+}
+
+impl<'a> KeyValueParser<'a> {
+    fn new(input: &'a str) -> Self {
+        KeyValueParser {
+            input,
+            pos: 0,
+            failed: false,
+        }
+    }
+
+    fn peek(&self) -> Option<char> {
+        self.input.get(self.pos..).and_then(|s| s.chars().next())
+    }
+
+    fn bump(&mut self) -> Option<char> {
+        let c = self.peek()?;
+        self.pos += c.len_utf8();
+        Some(c)
+    }
+
+    fn skip_ws(&mut self) {
+        while self.peek().is_some_and(char::is_whitespace) {
+            self.bump();
+        }
+    }
+
+    fn err(&mut self, reason: &'static str) -> ConfigError {
+        self.failed = true;
+        ConfigError::Syntax {
+            position: self.pos,
+            reason,
+        }
+    }
+
+    fn pair(&mut self) -> Result<(String, String), ConfigError> {
+        let mut key = String::new();
+        while let Some(c) = self.peek() {
+            if c == '=' || c.is_whitespace() {
+                break;
+            }
+            key.push(c);
+            self.bump();
+        }
+        if key.is_empty() {
+            return Err(self.err("expected a key"));
+        }
+        self.skip_ws();
+        if self.peek() != Some('=') {
+            return Err(self.err("expected = after the key"));
+        }
+        self.bump();
+        self.skip_ws();
+        let mut value = String::new();
+        if self.peek() == Some('\'') {
+            self.bump();
+            loop {
+                match self.bump() {
+                    None => return Err(self.err("unterminated quoted value")),
+                    Some('\'') => break,
+                    Some('\\') => match self.bump() {
+                        Some(c) => value.push(c),
+                        None => return Err(self.err("unterminated quoted value")),
+                    },
+                    Some(c) => value.push(c),
+                }
+            }
+            if self.peek().is_some_and(|c| !c.is_whitespace()) {
+                return Err(self.err("expected whitespace after a quoted value"));
+            }
+        } else {
+            while let Some(c) = self.peek() {
+                if c.is_whitespace() {
+                    break;
+                }
+                self.bump();
+                if c == '\\' {
+                    match self.bump() {
+                        Some(escaped) => value.push(escaped),
+                        None => return Err(self.err("a backslash at the end of the input")),
+                    }
+                } else {
+                    value.push(c);
+                }
+            }
+        }
+        Ok((key, value))
+    }
+}
+
+impl Iterator for KeyValueParser<'_> {
+    type Item = Result<(String, String), ConfigError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        self.skip_ws();
+        self.peek()?;
+        Some(self.pair())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_value_with_quotes_and_escapes() {
+        let c: ReplicationConfig = r"host=db.example port = 6543 dbname='my db' user=cdc password='it\'s \\ secret' sslmode=verify-full sslrootcert=/etc/ca.pem connect_timeout=7 application_name=job\ 1"
+            .parse()
+            .unwrap();
+        assert_eq!(c.get_host(), "db.example");
+        assert_eq!(c.get_port(), 6543);
+        assert_eq!(c.get_dbname(), "my db");
+        assert_eq!(c.get_user(), "cdc");
+        assert_eq!(c.get_password(), Some(r"it's \ secret"));
+        assert_eq!(c.get_sslmode(), SslMode::VerifyFull);
+        assert_eq!(
+            c.get_sslrootcert(),
+            Some(&RootCertSource::File("/etc/ca.pem".into()))
+        );
+        assert_eq!(c.get_connect_timeout(), Duration::from_secs(7));
+        assert_eq!(c.get_application_name(), "job 1");
+    }
+
+    #[test]
+    fn defaults() {
+        let c: ReplicationConfig = "user=alice".parse().unwrap();
+        assert_eq!(c.get_host(), "localhost");
+        assert_eq!(c.get_port(), 5432);
+        assert_eq!(c.get_dbname(), "alice");
+        assert_eq!(c.get_sslmode(), SslMode::Prefer);
+        assert_eq!(c.get_application_name(), "pgcdc");
+        assert_eq!(c.get_password(), None);
+    }
+
+    #[test]
+    fn key_value_errors_are_typed() {
+        assert_eq!(
+            "host=x".parse::<ReplicationConfig>(),
+            Err(ConfigError::MissingUser)
+        );
+        assert!(matches!(
+            "user=a bogus=1".parse::<ReplicationConfig>(),
+            Err(ConfigError::UnknownKey { key }) if key == "bogus"
+        ));
+        assert!(matches!(
+            "user=a port=70000".parse::<ReplicationConfig>(),
+            Err(ConfigError::InvalidValue { key, .. }) if key == "port"
+        ));
+        assert!(matches!(
+            "user=a sslmode=allow".parse::<ReplicationConfig>(),
+            Err(ConfigError::InvalidValue { key, .. }) if key == "sslmode"
+        ));
+        assert!(matches!(
+            "user='a".parse::<ReplicationConfig>(),
+            Err(ConfigError::Syntax { .. })
+        ));
+        assert!(matches!(
+            "user a".parse::<ReplicationConfig>(),
+            Err(ConfigError::Syntax { position: 5, .. })
+        ));
+        assert!(matches!(
+            "user=a host=/var/run/postgresql".parse::<ReplicationConfig>(),
+            Err(ConfigError::UnixSocket(_))
+        ));
+        assert!(matches!(
+            "user=a host=a,b".parse::<ReplicationConfig>(),
+            Err(ConfigError::MultipleHosts(_))
+        ));
+        assert!(matches!(
+            "user=a replication=true".parse::<ReplicationConfig>(),
+            Err(ConfigError::InvalidValue { key, .. }) if key == "replication"
+        ));
+    }
+
+    #[test]
+    fn url_with_percent_decoding() {
+        let c: ReplicationConfig =
+            "postgresql://us%40er:p%3Ass%2Fw@db.example:6000/my%20db?sslmode=require&application_name=a%26b"
+                .parse()
+                .unwrap();
+        assert_eq!(c.get_user(), "us@er");
+        assert_eq!(c.get_password(), Some("p:ss/w"));
+        assert_eq!(c.get_host(), "db.example");
+        assert_eq!(c.get_port(), 6000);
+        assert_eq!(c.get_dbname(), "my db");
+        assert_eq!(c.get_sslmode(), SslMode::Require);
+        assert_eq!(c.get_application_name(), "a&b");
+    }
+
+    #[test]
+    fn url_ipv6_and_query_user() {
+        let c: ReplicationConfig = "postgres://[::1]:5433?user=bob".parse().unwrap();
+        assert_eq!(c.get_host(), "::1");
+        assert_eq!(c.get_port(), 5433);
+        assert_eq!(c.get_user(), "bob");
+        assert_eq!(c.get_dbname(), "bob");
+    }
+
+    #[test]
+    fn url_errors() {
+        assert!(matches!(
+            ReplicationConfig::from_url("mysql://a@b"),
+            Err(ConfigError::Url { .. })
+        ));
+        assert!(matches!(
+            "postgresql://a@h/db%zz".parse::<ReplicationConfig>(),
+            Err(ConfigError::Url { .. })
+        ));
+        assert!(matches!(
+            "postgresql://a@h1,h2/db".parse::<ReplicationConfig>(),
+            Err(ConfigError::MultipleHosts(_))
+        ));
+        assert!(matches!(
+            "postgresql://a@h:notaport/db".parse::<ReplicationConfig>(),
+            Err(ConfigError::InvalidValue { key, .. }) if key == "port"
+        ));
+        assert!(matches!(
+            "postgresql://h/db".parse::<ReplicationConfig>(),
+            Err(ConfigError::MissingUser)
+        ));
+        assert!(matches!(
+            "postgresql://a@[::1/db".parse::<ReplicationConfig>(),
+            Err(ConfigError::Url { .. })
+        ));
+    }
+
+    #[test]
+    fn password_never_printed() {
+        let c: ReplicationConfig = "user=a password=hunter2 host=h".parse().unwrap();
+        let debug = format!("{c:?}");
+        let display = c.to_string();
+        assert!(!debug.contains("hunter2"), "{debug}");
+        assert!(debug.contains("<redacted>"), "{debug}");
+        assert!(!display.contains("hunter2"), "{display}");
+        assert!(!display.contains("password"), "{display}");
+        assert_eq!(c.redacted(), display);
+    }
+
+    #[test]
+    fn display_round_trips_without_password() {
+        let c = ReplicationConfig::new("o'neil")
+            .host("db")
+            .port(7000)
+            .dbname("a b")
+            .password("secret")
+            .application_name("")
+            .sslmode(SslMode::VerifyCa)
+            .sslrootcert(RootCertSource::File("/tmp/my ca.pem".into()));
+        let back: ReplicationConfig = c.redacted().parse().unwrap();
+        assert_eq!(back.get_user(), "o'neil");
+        assert_eq!(back.get_dbname(), "a b");
+        assert_eq!(back.get_port(), 7000);
+        assert_eq!(back.get_sslmode(), SslMode::VerifyCa);
+        assert_eq!(back.get_sslrootcert(), c.get_sslrootcert());
+        assert_eq!(back.get_password(), None);
+        assert_eq!(back, c.clone().password_cleared());
+    }
+
+    impl ReplicationConfig {
+        fn password_cleared(mut self) -> Self {
+            self.password = None;
+            self
+        }
+    }
+}

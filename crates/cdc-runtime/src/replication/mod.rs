@@ -1,0 +1,54 @@
+//! The logical replication connection: TCP/TLS, startup and authentication,
+//! replication commands and the CopyBoth stream.
+//!
+//! This is the transport only. It yields raw CopyData payloads (`bytes::Bytes`)
+//! and sends raw CopyData; parsing XLogData (`w`) / keepalives (`k`) and
+//! encoding standby status updates (`r`) belongs to `cdc_core`'s sans-IO
+//! replication framing.
+//!
+//! # Session settings
+//!
+//! Every connection is opened with `replication=database`,
+//! `client_encoding=UTF8` and `options=`[`SESSION_OPTIONS`]
+//! (`DateStyle=ISO`, `IntervalStyle=postgres`, `extra_float_digits=3`,
+//! `TimeZone=UTC`), so text values arrive in one known form. The connection
+//! checks the reported `client_encoding`, `DateStyle` and `IntervalStyle` and
+//! refuses a server that ignored them.
+//!
+//! # Authentication and TLS
+//!
+//! trust, cleartext `password`, `md5` and `SCRAM-SHA-256` (without channel
+//! binding) are supported. TLS uses rustls with the `ring` provider and libpq's
+//! `sslmode` meanings; see [`SslMode`].
+//!
+//! # Error handling
+//!
+//! Every failure is a [`ReplicationError`]. [`ReplicationError::is_transient`]
+//! separates errors worth a reconnect (I/O, connection reset, the server
+//! shutting down or starting, a slot still held by a dying walsender) from
+//! definite ones that need the user (authentication failed, missing database,
+//! slot or publication, TLS required but not offered, invalid settings).
+
+mod auth;
+mod command;
+mod config;
+mod connection;
+mod error;
+mod stream;
+mod tls;
+mod transport;
+mod wire;
+
+pub use command::{
+    max_proto_version, quote_identifier, quote_literal, PgOutputOptions, SnapshotAction,
+    UnsupportedOption,
+};
+pub use config::{
+    ConfigError, ReplicationConfig, RootCertSource, SslMode, DEFAULT_APPLICATION_NAME,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
+};
+pub use connection::{
+    CreatedSlot, IdentifySystem, ReplicationConnection, SimpleQueryResult, SESSION_OPTIONS,
+};
+pub use error::{AuthError, DbError, ProtocolError, ReplicationError, TlsError};
+pub use stream::ReplicationStream;
