@@ -201,6 +201,12 @@ impl ReplicationConfig {
         self
     }
 
+    /// The user name.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = user.into();
+        self
+    }
+
     /// The TCP port.
     pub fn port(mut self, port: u16) -> Self {
         self.port = port;
