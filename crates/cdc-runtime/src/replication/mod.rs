@@ -6,6 +6,27 @@
 //! encoding standby status updates (`r`) belongs to `cdc_core`'s sans-IO
 //! replication framing.
 //!
+//! ```
+//! use cdc_runtime::replication::{PgOutputOptions, ReplicationConfig, SslMode};
+//!
+//! let config: ReplicationConfig =
+//!     "postgresql://cdc:s%3Acret@db.example:6432/app?sslmode=verify-full&sslrootcert=/etc/ca.pem"
+//!         .parse()?;
+//! assert_eq!(config.get_password(), Some("s:cret"));
+//! assert_eq!(config.get_sslmode(), SslMode::VerifyFull);
+//! // Safe to log: no password in Display or Debug.
+//! assert!(!config.to_string().contains("s:cret"));
+//! assert!(!format!("{config:?}").contains("s:cret"));
+//!
+//! // pgoutput options for a PostgreSQL 15 server: protocol 3, streaming on.
+//! let options = PgOutputOptions::for_server(150_004, ["orders", "it's"]);
+//! assert_eq!(
+//!     options.option_list(),
+//!     r#"(proto_version '3', publication_names '"orders","it''s"', messages 'true', streaming 'on')"#
+//! );
+//! # Ok::<(), cdc_runtime::replication::ConfigError>(())
+//! ```
+//!
 //! # Session settings
 //!
 //! Every connection is opened with `replication=database`,
