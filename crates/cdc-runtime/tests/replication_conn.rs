@@ -17,8 +17,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cdc_core::Lsn;
 use cdc_runtime::replication::{
-    AuthError, PgOutputOptions, ReplicationConfig, ReplicationConnection, ReplicationError,
-    RootCertSource, SnapshotAction, SslMode, TlsError,
+    AuthError, ChannelBinding, PgOutputOptions, ReplicationConfig, ReplicationConnection,
+    ReplicationError, RootCertSource, SnapshotAction, SslMode, TlsError,
 };
 
 mod cluster {
@@ -299,6 +299,24 @@ async fn authentication_methods_and_tls_against_a_plain_server() {
         "{err}"
     );
     assert!(!err.is_transient());
+    // channel_binding=require needs TLS: refused before any password is sent.
+    for user in ["scram_user", "md5_user", "trust_user"] {
+        let err = ReplicationConnection::connect(
+            &config(&cluster, user)
+                .password("whatever")
+                .channel_binding(ChannelBinding::Require),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ReplicationError::Auth(AuthError::ChannelBindingRequired(_))
+            ),
+            "{user}: {err}"
+        );
+        assert!(!err.is_transient());
+    }
     // No pg_hba line for this user.
     let err = ReplicationConnection::connect(&config(&cluster, "nobody"))
         .await
@@ -678,6 +696,39 @@ async fn tls_modes() {
         Some("scram_user")
     );
     c.close().await.unwrap();
+    // SCRAM-SHA-256-PLUS: with channel_binding=require the server must verify our
+    // tls-server-end-point hash, even without certificate verification (sslmode=require).
+    for (mode, binding) in [
+        (SslMode::Require, ChannelBinding::Require),
+        (SslMode::Require, ChannelBinding::Disable),
+        (SslMode::VerifyFull, ChannelBinding::Prefer),
+    ] {
+        let cfg = full
+            .clone()
+            .sslmode(mode)
+            .user("scram_user")
+            .password("tls pw")
+            .channel_binding(binding);
+        let mut c = connect(&cfg).await;
+        assert!(c.is_tls());
+        assert_eq!(
+            scalar(&mut c, "SELECT current_user").await.as_deref(),
+            Some("scram_user")
+        );
+        c.close().await.unwrap();
+    }
+    // Binding required but the server lets us in without SCRAM (trust): refused.
+    let err =
+        ReplicationConnection::connect(&full.clone().channel_binding(ChannelBinding::Require))
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReplicationError::Auth(AuthError::ChannelBindingRequired(_))
+        ),
+        "{err}"
+    );
     // By IP the name does not match: definite error that says what to do.
     let err = ReplicationConnection::connect(
         &tls(SslMode::VerifyFull).sslrootcert(RootCertSource::File(ca.clone())),

@@ -7,20 +7,45 @@ use postgres_protocol::authentication::sasl::{
 };
 use postgres_protocol::message::frontend;
 
-use super::config::{ConfigError, ReplicationConfig};
+use super::config::{ChannelBinding as ChannelBindingMode, ConfigError, ReplicationConfig};
 use super::error::{AuthError, ProtocolError, ReplicationError};
 use super::transport::{log_notice, Transport};
 use super::wire::{parse_auth, parse_error_fields, AuthRequest};
 
-/// Channel binding is not implemented, so the client says so in the SCRAM
-/// header: `n` ("client does not support it") on plain connections and when the
-/// server offers `SCRAM-SHA-256-PLUS`, `y` ("client supports it, server seems
-/// not to") on TLS connections where the server does not offer it, as libpq does.
-fn channel_binding(tls: bool, mechanisms: &[String]) -> ChannelBinding {
-    if tls && !mechanisms.iter().any(|m| m == SCRAM_SHA_256_PLUS) {
-        ChannelBinding::unrequested()
-    } else {
-        ChannelBinding::unsupported()
+/// How the SCRAM exchange binds to the TLS channel.
+#[derive(Debug, PartialEq, Eq)]
+enum Binding {
+    /// `SCRAM-SHA-256-PLUS` with this `tls-server-end-point` hash.
+    Plus(Vec<u8>),
+    /// `SCRAM-SHA-256` with header `y`: the client could bind but the server
+    /// does not offer it.
+    Unrequested,
+    /// `SCRAM-SHA-256` with header `n`: the client does not bind.
+    Unsupported,
+}
+
+/// Chooses the SCRAM variant as libpq does: `-PLUS` over TLS when the server
+/// offers it and the certificate hash is known (unless disabled); `y` on TLS
+/// without a server offer; `n` otherwise.
+fn choose_binding(
+    mode: ChannelBindingMode,
+    end_point: Option<Vec<u8>>,
+    tls: bool,
+    mechanisms: &[String],
+) -> Result<Binding, AuthError> {
+    let plus_offered = mechanisms.iter().any(|m| m == SCRAM_SHA_256_PLUS);
+    match (mode, end_point) {
+        (ChannelBindingMode::Disable, _) => Ok(Binding::Unsupported),
+        (_, Some(hash)) if tls && plus_offered => Ok(Binding::Plus(hash)),
+        (ChannelBindingMode::Require, _) => Err(AuthError::ChannelBindingRequired(if !tls {
+            "the connection is not encrypted"
+        } else if !plus_offered {
+            "the server does not offer SCRAM-SHA-256-PLUS"
+        } else {
+            "the server certificate's signature algorithm defines no channel binding hash"
+        })),
+        (ChannelBindingMode::Prefer, _) if tls && !plus_offered => Ok(Binding::Unrequested),
+        (ChannelBindingMode::Prefer, _) => Ok(Binding::Unsupported),
     }
 }
 
@@ -49,8 +74,11 @@ pub(crate) async fn authenticate(
     config: &ReplicationConfig,
 ) -> Result<(), ReplicationError> {
     let tls = t.is_tls();
+    let mode = config.get_channel_binding();
+    let require_binding = mode == ChannelBindingMode::Require;
     let mut scram: Option<ScramSha256> = None;
     let mut scram_finished = false;
+    let mut bound = false;
     loop {
         let frame = t.read_frame().await?;
         match frame.tag {
@@ -59,15 +87,23 @@ pub(crate) async fn authenticate(
                     if scram.is_some() && !scram_finished {
                         return Err(AuthError::IncompleteScram.into());
                     }
+                    if require_binding && !bound {
+                        return Err(AuthError::ChannelBindingRequired(
+                            "the server accepted the connection without SCRAM authentication",
+                        )
+                        .into());
+                    }
                     return Ok(());
                 }
                 AuthRequest::CleartextPassword => {
+                    refuse_password_without_binding(require_binding)?;
                     let pw = password(config, "password")?;
                     frontend::password_message(pw.as_bytes(), &mut t.write)
                         .map_err(nul_in_password)?;
                     t.send().await?;
                 }
                 AuthRequest::Md5Password { salt } => {
+                    refuse_password_without_binding(require_binding)?;
                     let pw = password(config, "md5")?;
                     let hash = md5_hash(config.get_user().as_bytes(), pw.as_bytes(), salt);
                     frontend::password_message(hash.as_bytes(), &mut t.write)
@@ -82,8 +118,21 @@ pub(crate) async fn authenticate(
                         return Err(AuthError::NoSupportedMechanism(mechanisms).into());
                     }
                     let pw = password(config, "SCRAM-SHA-256")?;
-                    let s = ScramSha256::new(pw.as_bytes(), channel_binding(tls, &mechanisms));
-                    frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut t.write)
+                    let binding = choose_binding(mode, t.tls_server_end_point(), tls, &mechanisms)?;
+                    let (mechanism, binding) = match binding {
+                        Binding::Plus(hash) => {
+                            bound = true;
+                            (
+                                SCRAM_SHA_256_PLUS,
+                                ChannelBinding::tls_server_end_point(hash),
+                            )
+                        }
+                        Binding::Unrequested => (SCRAM_SHA_256, ChannelBinding::unrequested()),
+                        Binding::Unsupported => (SCRAM_SHA_256, ChannelBinding::unsupported()),
+                    };
+                    tracing::debug!(mechanism, "SASL authentication");
+                    let s = ScramSha256::new(pw.as_bytes(), binding);
+                    frontend::sasl_initial_response(mechanism, s.message(), &mut t.write)
                         .map_err(io_invalid)?;
                     t.send().await?;
                     scram = Some(s);
@@ -113,6 +162,18 @@ pub(crate) async fn authenticate(
     }
 }
 
+/// With `channel_binding=require` the password must not be sent to a server
+/// that has not proven its identity.
+fn refuse_password_without_binding(require: bool) -> Result<(), AuthError> {
+    if require {
+        Err(AuthError::ChannelBindingRequired(
+            "the server asked for a password instead of SCRAM",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 fn unexpected(tag: char) -> ReplicationError {
     ProtocolError::Unexpected {
         tag,
@@ -125,17 +186,63 @@ fn unexpected(tag: char) -> ReplicationError {
 mod tests {
     use super::*;
 
-    fn gs2(binding: ChannelBinding) -> Vec<u8> {
-        ScramSha256::new(b"pw", binding).message()[..3].to_vec()
+    fn mechs(plus: bool) -> Vec<String> {
+        let mut m = vec![SCRAM_SHA_256.to_string()];
+        if plus {
+            m.insert(0, SCRAM_SHA_256_PLUS.to_string());
+        }
+        m
     }
 
     #[test]
-    fn channel_binding_header_follows_libpq() {
-        let plus = vec![SCRAM_SHA_256_PLUS.to_string(), SCRAM_SHA_256.to_string()];
-        let plain = vec![SCRAM_SHA_256.to_string()];
-        assert_eq!(gs2(channel_binding(false, &plain)), b"n,,");
-        assert_eq!(gs2(channel_binding(false, &plus)), b"n,,");
-        assert_eq!(gs2(channel_binding(true, &plus)), b"n,,");
-        assert_eq!(gs2(channel_binding(true, &plain)), b"y,,");
+    fn binding_choice_follows_libpq() {
+        use ChannelBindingMode::*;
+        let hash = || Some(vec![1u8; 32]);
+        assert_eq!(
+            choose_binding(Prefer, hash(), true, &mechs(true)).unwrap(),
+            Binding::Plus(vec![1; 32])
+        );
+        assert_eq!(
+            choose_binding(Require, hash(), true, &mechs(true)).unwrap(),
+            Binding::Plus(vec![1; 32])
+        );
+        assert_eq!(
+            choose_binding(Disable, hash(), true, &mechs(true)).unwrap(),
+            Binding::Unsupported
+        );
+        assert_eq!(
+            choose_binding(Prefer, hash(), true, &mechs(false)).unwrap(),
+            Binding::Unrequested
+        );
+        assert_eq!(
+            choose_binding(Prefer, None, false, &mechs(false)).unwrap(),
+            Binding::Unsupported
+        );
+        // Offered, but no usable certificate hash: must not claim "server does not support it".
+        assert_eq!(
+            choose_binding(Prefer, None, true, &mechs(true)).unwrap(),
+            Binding::Unsupported
+        );
+        for (end_point, tls, plus) in [
+            (None, false, false),
+            (hash(), true, false),
+            (None, true, true),
+        ] {
+            assert!(matches!(
+                choose_binding(Require, end_point, tls, &mechs(plus)),
+                Err(AuthError::ChannelBindingRequired(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn gs2_headers() {
+        let header = |b: ChannelBinding| ScramSha256::new(b"pw", b).message()[..3].to_vec();
+        assert_eq!(header(ChannelBinding::unsupported()), b"n,,");
+        assert_eq!(header(ChannelBinding::unrequested()), b"y,,");
+        assert_eq!(
+            header(ChannelBinding::tls_server_end_point(vec![0; 32]))[..2],
+            *b"p="
+        );
     }
 }

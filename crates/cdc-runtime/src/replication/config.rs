@@ -17,7 +17,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The keys accepted in a `key=value` string or as URL query parameters.
 const SUPPORTED_KEYS: &str = "host, hostaddr, port, dbname, user, password, application_name, \
-     fallback_application_name, sslmode, sslrootcert, connect_timeout, replication";
+     fallback_application_name, sslmode, sslrootcert, channel_binding, connect_timeout, replication";
 
 /// Whether and how TLS is used, with libpq's meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -83,6 +83,57 @@ impl FromStr for SslMode {
                 key: "sslmode".into(),
                 value: s.into(),
                 reason: "expected disable, prefer, require, verify-ca or verify-full",
+            }),
+        }
+    }
+}
+
+/// Whether SCRAM channel binding (`SCRAM-SHA-256-PLUS` with
+/// `tls-server-end-point`) is used, with libpq's meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ChannelBinding {
+    /// Never use channel binding.
+    Disable,
+    /// Use it when the connection is encrypted and the server offers it.
+    #[default]
+    Prefer,
+    /// Refuse to authenticate without it: the server must prove over SCRAM
+    /// that it holds the certificate's key, which defeats a man in the middle
+    /// even when the certificate is not verified. Implies SCRAM over TLS, so
+    /// trust, password and md5 authentication are refused.
+    Require,
+}
+
+impl ChannelBinding {
+    /// The libpq spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ChannelBinding::Disable => "disable",
+            ChannelBinding::Prefer => "prefer",
+            ChannelBinding::Require => "require",
+        }
+    }
+}
+
+impl fmt::Display for ChannelBinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ChannelBinding {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "disable" => Ok(ChannelBinding::Disable),
+            "prefer" => Ok(ChannelBinding::Prefer),
+            "require" => Ok(ChannelBinding::Require),
+            _ => Err(ConfigError::InvalidValue {
+                key: "channel_binding".into(),
+                value: s.into(),
+                reason: "expected disable, prefer or require",
             }),
         }
     }
@@ -165,6 +216,7 @@ pub struct ReplicationConfig {
     fallback_application_name: Option<String>,
     sslmode: SslMode,
     sslrootcert: Option<RootCertSource>,
+    channel_binding: ChannelBinding,
     connect_timeout: Duration,
 }
 
@@ -183,6 +235,7 @@ impl ReplicationConfig {
             fallback_application_name: None,
             sslmode: SslMode::default(),
             sslrootcert: None,
+            channel_binding: ChannelBinding::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -243,6 +296,12 @@ impl ReplicationConfig {
         self
     }
 
+    /// Whether SCRAM channel binding is used.
+    pub fn channel_binding(mut self, mode: ChannelBinding) -> Self {
+        self.channel_binding = mode;
+        self
+    }
+
     /// How long connecting, TLS and authentication may take in total.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -295,6 +354,11 @@ impl ReplicationConfig {
     /// The configured root certificates, if any.
     pub fn get_sslrootcert(&self) -> Option<&RootCertSource> {
         self.sslrootcert.as_ref()
+    }
+
+    /// The channel binding mode.
+    pub fn get_channel_binding(&self) -> ChannelBinding {
+        self.channel_binding
     }
 
     /// The connect timeout.
@@ -427,6 +491,7 @@ impl fmt::Debug for ReplicationConfig {
             .field("application_name", &self.get_application_name())
             .field("sslmode", &self.sslmode)
             .field("sslrootcert", &self.sslrootcert)
+            .field("channel_binding", &self.channel_binding)
             .field("connect_timeout", &self.connect_timeout)
             .finish()
     }
@@ -467,7 +532,12 @@ impl fmt::Display for ReplicationConfig {
             Some(RootCertSource::System) => f.write_str(" sslrootcert=system")?,
             None => {}
         }
-        write!(f, " connect_timeout={}", self.connect_timeout.as_secs())
+        write!(
+            f,
+            " channel_binding={} connect_timeout={}",
+            self.channel_binding,
+            self.connect_timeout.as_secs()
+        )
     }
 }
 
@@ -508,6 +578,7 @@ struct Builder {
     fallback_application_name: Option<String>,
     sslmode: Option<SslMode>,
     sslrootcert: Option<RootCertSource>,
+    channel_binding: Option<ChannelBinding>,
     connect_timeout: Option<Duration>,
 }
 
@@ -563,6 +634,7 @@ impl Builder {
                     RootCertSource::File(PathBuf::from(value))
                 })
             }
+            "channel_binding" => self.channel_binding = Some(value.parse()?),
             "connect_timeout" => {
                 let secs = value.trim().parse::<u64>().map_err(|_| {
                     invalid("expected a whole number of seconds (0 = no limit)", value)
@@ -600,6 +672,7 @@ impl Builder {
             fallback_application_name: self.fallback_application_name,
             sslmode: self.sslmode.unwrap_or_default(),
             sslrootcert: self.sslrootcert,
+            channel_binding: self.channel_binding.unwrap_or_default(),
             connect_timeout: self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
         })
     }
@@ -750,7 +823,7 @@ mod tests {
 
     #[test]
     fn key_value_with_quotes_and_escapes() {
-        let c: ReplicationConfig = r"host=db.example port = 6543 dbname='my db' user=cdc password='it\'s \\ secret' sslmode=verify-full sslrootcert=/etc/ca.pem connect_timeout=7 application_name=job\ 1"
+        let c: ReplicationConfig = r"host=db.example port = 6543 dbname='my db' user=cdc password='it\'s \\ secret' sslmode=verify-full sslrootcert=/etc/ca.pem channel_binding=require connect_timeout=7 application_name=job\ 1"
             .parse()
             .unwrap();
         assert_eq!(c.get_host(), "db.example");
@@ -765,6 +838,7 @@ mod tests {
         );
         assert_eq!(c.get_connect_timeout(), Duration::from_secs(7));
         assert_eq!(c.get_application_name(), "job 1");
+        assert_eq!(c.get_channel_binding(), ChannelBinding::Require);
     }
 
     #[test]
@@ -776,6 +850,7 @@ mod tests {
         assert_eq!(c.get_sslmode(), SslMode::Prefer);
         assert_eq!(c.get_application_name(), "pgcdc");
         assert_eq!(c.get_password(), None);
+        assert_eq!(c.get_channel_binding(), ChannelBinding::Prefer);
     }
 
     #[test]
@@ -891,6 +966,7 @@ mod tests {
             .password("secret")
             .application_name("")
             .sslmode(SslMode::VerifyCa)
+            .channel_binding(ChannelBinding::Disable)
             .sslrootcert(RootCertSource::File("/tmp/my ca.pem".into()));
         let back: ReplicationConfig = c.redacted().parse().unwrap();
         assert_eq!(back.get_user(), "o'neil");
@@ -898,6 +974,7 @@ mod tests {
         assert_eq!(back.get_port(), 7000);
         assert_eq!(back.get_sslmode(), SslMode::VerifyCa);
         assert_eq!(back.get_sslrootcert(), c.get_sslrootcert());
+        assert_eq!(back.get_channel_binding(), ChannelBinding::Disable);
         assert_eq!(back.get_password(), None);
         assert_eq!(back, c.clone().password_cleared());
     }

@@ -204,6 +204,9 @@ pub enum AuthError {
     /// The SCRAM exchange failed (bad server messages or a server signature mismatch).
     #[error("SCRAM-SHA-256 authentication failed: {0}")]
     Scram(#[source] io::Error),
+    /// `channel_binding=require`, but it could not be used.
+    #[error("channel_binding=require, but {0}; use sslmode=require or stricter with scram-sha-256 in pg_hba.conf, or set channel_binding=prefer")]
+    ChannelBindingRequired(&'static str),
     /// The server reported success before finishing the SCRAM exchange, so it never
     /// proved it knows the password.
     #[error("the server ended SCRAM authentication without proving its identity; refusing the connection")]
@@ -329,7 +332,7 @@ impl DbError {
     pub fn advice(&self) -> Option<&'static str> {
         Some(match self.code.as_str() {
             "28P01" => "check the user name and password",
-            "28000" => "the server's pg_hba.conf does not allow this connection; add a line for this user, database and address (logical replication matches the database name, not the `replication` keyword)",
+            "28000" if self.message.contains("pg_hba.conf") => "the server's pg_hba.conf does not allow this connection; add a line for this user, database and address (logical replication matches the database name, not the `replication` keyword)",
             "3D000" => "check dbname",
             "42704" => "the object does not exist; check the slot and publication names",
             "42710" => "the object already exists; use another slot name or drop the old slot",
@@ -441,6 +444,12 @@ mod tests {
         let s = e.to_string();
         assert!(s.starts_with("FATAL 28P01: m; HINT: h"), "{s}");
         assert!(s.contains("password"), "{s}");
+        let mut cb = db("28000");
+        cb.message = "SCRAM channel binding check failed".into();
+        assert_eq!(cb.advice(), None, "28000 is not always pg_hba.conf");
+        let mut hba = db("28000");
+        hba.message = "no pg_hba.conf entry for host".into();
+        assert!(hba.advice().is_some());
         let name = TlsError::handshake(
             "h",
             rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName),

@@ -38,8 +38,9 @@
 //!
 //! # Authentication and TLS
 //!
-//! trust, cleartext `password`, `md5` and `SCRAM-SHA-256` (without channel
-//! binding) are supported. TLS uses rustls with the `ring` provider and libpq's
+//! trust, cleartext `password`, `md5` and `SCRAM-SHA-256` are supported;
+//! over TLS, `SCRAM-SHA-256-PLUS` with `tls-server-end-point` channel binding
+//! is used when the server offers it (see [`ChannelBinding`]). TLS uses rustls with the `ring` provider and libpq's
 //! `sslmode` meanings; see [`SslMode`].
 //!
 //! # Error handling
@@ -51,6 +52,7 @@
 //! slot or publication, TLS required but not offered, invalid settings).
 
 mod auth;
+mod channel_binding;
 mod command;
 mod config;
 mod connection;
@@ -65,8 +67,8 @@ pub use command::{
     UnsupportedOption,
 };
 pub use config::{
-    ConfigError, ReplicationConfig, RootCertSource, SslMode, DEFAULT_APPLICATION_NAME,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
+    ChannelBinding, ConfigError, ReplicationConfig, RootCertSource, SslMode,
+    DEFAULT_APPLICATION_NAME, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
 };
 pub use connection::{
     CreatedSlot, IdentifySystem, ReplicationConnection, SimpleQueryResult, SESSION_OPTIONS,

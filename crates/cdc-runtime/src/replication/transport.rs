@@ -85,6 +85,18 @@ impl Transport {
         matches!(self.socket, Socket::Tls(_))
     }
 
+    /// Channel binding data for the server's certificate, on TLS connections
+    /// whose certificate has a usable signature hash.
+    pub(crate) fn tls_server_end_point(&self) -> Option<Vec<u8>> {
+        match &self.socket {
+            Socket::Plain(_) => None,
+            Socket::Tls(s) => {
+                let cert = s.get_ref().1.peer_certificates()?.first()?;
+                super::channel_binding::tls_server_end_point(cert)
+            }
+        }
+    }
+
     /// The next complete backend message. Reads the socket only when no complete
     /// message is buffered. Cancel-safe: dropping the future loses no bytes.
     pub(crate) async fn read_frame(&mut self) -> Result<Frame, ReplicationError> {
