@@ -512,3 +512,22 @@ async fn connect_timeout_applies_to_a_silent_server() {
     assert!(err.is_transient());
     server.await.unwrap();
 }
+
+#[tokio::test]
+async fn receive_timeout_detects_a_silent_server() {
+    let (config, server) = serve(|mut s| async move {
+        until_copy_both(&mut s).await;
+        s.write_all(&msg(b'd', b"k1")).await.unwrap();
+        // Then silence, without closing.
+        let _ = s.read_u8().await;
+    })
+    .await;
+    let mut stream = start(&config).await;
+    stream.set_receive_timeout(Some(Duration::from_millis(200)));
+    assert_eq!(&stream.next_message().await.unwrap().unwrap()[..], b"k1");
+    let err = stream.next_message().await.unwrap_err();
+    assert!(matches!(err, ReplicationError::ReceiveTimeout(_)), "{err}");
+    assert!(err.is_transient());
+    drop(stream);
+    server.await.unwrap();
+}

@@ -40,6 +40,9 @@ pub enum ReplicationError {
     /// Reading or writing the socket failed.
     #[error("I/O error on the replication connection: {0}")]
     Io(#[from] io::Error),
+    /// Nothing arrived on the replication stream within the receive timeout.
+    #[error("no data or keepalive from the server for {0:?}; the connection is presumed dead")]
+    ReceiveTimeout(Duration),
     /// The server closed the connection unexpectedly.
     #[error("the server closed the connection unexpectedly")]
     Closed,
@@ -75,6 +78,7 @@ impl ReplicationError {
             | ReplicationError::ConnectTimeout { .. }
             | ReplicationError::Io(_)
             | ReplicationError::Closed
+            | ReplicationError::ReceiveTimeout(_)
             | ReplicationError::StreamEnded => true,
             ReplicationError::Tls(e) => e.is_transient(),
             ReplicationError::Server(e) => e.is_transient(),

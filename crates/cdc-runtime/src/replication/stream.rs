@@ -1,5 +1,7 @@
 //! [`ReplicationStream`]: the CopyBoth phase after `START_REPLICATION`.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use postgres_protocol::message::frontend;
 
@@ -34,6 +36,7 @@ enum CopyState {
 pub struct ReplicationStream {
     conn: ReplicationConnection,
     state: CopyState,
+    receive_timeout: Option<Duration>,
 }
 
 impl ReplicationStream {
@@ -41,7 +44,18 @@ impl ReplicationStream {
         ReplicationStream {
             conn,
             state: CopyState::Open,
+            receive_timeout: None,
         }
+    }
+
+    /// Fail [`next_message`](Self::next_message) with the transient
+    /// [`ReplicationError::ReceiveTimeout`] when the server sends nothing for
+    /// this long. The walsender sends a keepalive every `wal_sender_timeout / 2`
+    /// when idle (30 s by default), so a value above that detects a silently
+    /// dead connection (no FIN or RST) that TCP alone would wait on for hours.
+    /// `None` (the default) waits forever.
+    pub fn set_receive_timeout(&mut self, timeout: Option<Duration>) {
+        self.receive_timeout = timeout;
     }
 
     /// The next CopyData payload, or `None` once the server has ended the
@@ -56,7 +70,15 @@ impl ReplicationStream {
             CopyState::Failed => return Err(ReplicationError::StreamEnded),
         }
         loop {
-            let frame = match self.conn.transport.read_frame().await {
+            let read = self.conn.transport.read_frame();
+            let result = match self.receive_timeout {
+                None => read.await,
+                // read_frame is cancel-safe, so timing it out loses no bytes.
+                Some(limit) => tokio::time::timeout(limit, read)
+                    .await
+                    .unwrap_or(Err(ReplicationError::ReceiveTimeout(limit))),
+            };
+            let frame = match result {
                 Ok(frame) => frame,
                 Err(e) => {
                     self.state = CopyState::Failed;

@@ -18,7 +18,6 @@ pub(crate) const READ_CHUNK: usize = 128 * 1024;
 const MIN_FREE: usize = 16 * 1024;
 
 /// A TCP stream, optionally wrapped in TLS.
-#[derive(Debug)]
 pub(crate) enum Socket {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
@@ -65,11 +64,21 @@ impl AsyncWrite for Socket {
 }
 
 /// Framed access to the socket.
-#[derive(Debug)]
 pub(crate) struct Transport {
     socket: Socket,
     read: BytesMut,
     pub(crate) write: BytesMut,
+}
+
+/// Shows sizes only: the buffers hold row data and, briefly, password messages.
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("tls", &self.is_tls())
+            .field("buffered", &self.read.len())
+            .field("read_capacity", &self.read.capacity())
+            .finish()
+    }
 }
 
 impl Transport {
