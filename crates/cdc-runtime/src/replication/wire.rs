@@ -434,4 +434,52 @@ mod tests {
         encode_copy_data(b"rXYZ", &mut out).unwrap();
         assert_eq!(&out[..], &msg(b'd', b"rXYZ")[..]);
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn frames() -> impl Strategy<Value = Vec<(u8, Vec<u8>)>> {
+            prop::collection::vec(
+                (any::<u8>(), prop::collection::vec(any::<u8>(), 0..300)),
+                0..20,
+            )
+        }
+
+        proptest! {
+            /// However the bytes are cut into reads, the same frames come out.
+            #[test]
+            fn chunking_does_not_change_frames(frames in frames(), cuts in prop::collection::vec(1usize..700, 1..50)) {
+                let wire: Vec<u8> = frames.iter().flat_map(|(t, b)| msg(*t, b)).collect();
+                let mut buf = BytesMut::new();
+                let mut out = Vec::new();
+                let mut pos = 0;
+                let mut cut = cuts.iter().cycle();
+                while pos < wire.len() {
+                    let n = (*cut.next().unwrap()).min(wire.len() - pos);
+                    buf.extend_from_slice(&wire[pos..pos + n]);
+                    pos += n;
+                    while let Some(f) = split_frame(&mut buf).unwrap() {
+                        out.push((f.tag, f.body.to_vec()));
+                    }
+                }
+                prop_assert!(buf.is_empty());
+                prop_assert_eq!(out, frames);
+            }
+
+            /// Arbitrary server bytes never panic any parser.
+            #[test]
+            fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..200)) {
+                let mut buf = BytesMut::from(&data[..]);
+                while let Ok(Some(_)) = split_frame(&mut buf) {}
+                let b = Bytes::from(data);
+                let _ = parse_auth(b.clone());
+                let _ = parse_error_fields(b.clone());
+                let _ = parse_row_description(b.clone());
+                let _ = parse_data_row(b.clone());
+                let _ = parse_parameter_status(b.clone());
+                let _ = parse_command_complete(b);
+            }
+        }
+    }
 }
