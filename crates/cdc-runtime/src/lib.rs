@@ -14,7 +14,6 @@
 //! streams CopyData payloads with backpressure.
 //!
 //! ```no_run
-//! use cdc_core::Lsn;
 //! use cdc_runtime::replication::{
 //!     PgOutputOptions, ReplicationConfig, ReplicationConnection, SnapshotAction,
 //! };
@@ -40,14 +39,14 @@
 //!     .start_replication("pgcdc_app", slot.consistent_point, &options)
 //!     .await?;
 //! while let Some(payload) = stream.next_message().await? {
-//!     // payload[0] is b'w' (XLogData) or b'k' (keepalive): hand it to cdc_core.
+//!     // payload[0] is b'w' (XLogData) or b'k' (keepalive): hand it to
+//!     // cdc_core's replication framing, and send its standby status updates
+//!     // ('r') back with `stream.send(&bytes).await?`.
 //!     # let _ = payload;
 //!     # break;
 //! }
-//! // A standby status update ('r') built by cdc_core would be sent with `stream.send(&bytes)`.
 //! let conn = stream.finish().await?;
 //! conn.close().await?;
-//! # let _ = Lsn::INVALID;
 //! # Ok(())
 //! # }
 //! ```

@@ -352,6 +352,15 @@ async fn authentication_methods_and_tls_against_a_plain_server() {
     assert!(!c.is_tls());
     c.close().await.unwrap();
 
+    // hostaddr: connect to the address, keep the (unresolvable) host name for TLS.
+    let c = connect(
+        &config(&cluster, "trust_user")
+            .host("db.invalid")
+            .hostaddr(std::net::Ipv4Addr::LOCALHOST.into()),
+    )
+    .await;
+    c.close().await.unwrap();
+
     // Nothing listens on a just-released port: transient.
     let free = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
