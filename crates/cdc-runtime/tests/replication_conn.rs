@@ -147,6 +147,19 @@ mod cluster {
         pub(crate) fn dir(&self) -> &Path {
             self.dir.path()
         }
+
+        /// `pg_ctl stop -m fast`: sessions are terminated (57P01), then the server exits.
+        pub(crate) fn stop_fast(&self) {
+            run_as_postgres(&[
+                bin_dir().join("pg_ctl").to_str().unwrap(),
+                "-D",
+                self.data.to_str().unwrap(),
+                "-m",
+                "fast",
+                "-w",
+                "stop",
+            ]);
+        }
     }
 
     impl Drop for Cluster {
@@ -797,4 +810,115 @@ async fn tls_modes() {
     }
     stream.finish().await.unwrap().close().await.unwrap();
     admin.close().await.unwrap();
+}
+
+/// A fast shutdown while streaming: the walsender first waits for the client
+/// to confirm everything it sent (so the client answers keepalives), then ends
+/// the copy with CopyDone and exits. The stream reports the end (`None`) and
+/// `finish` fails with a transient error, so the pipeline reconnects later
+/// instead of giving up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_shutdown_while_streaming_is_transient() {
+    let cluster = Cluster::start(PLAIN_HBA, None);
+    let cfg = config(&cluster, "postgres");
+    let mut admin = connect(&cfg).await;
+    sql(&mut admin, "CREATE TABLE t (id int PRIMARY KEY)").await;
+    sql(&mut admin, "CREATE PUBLICATION p FOR TABLE t").await;
+    let mut repl = connect(&cfg).await;
+    let slot = repl
+        .create_replication_slot("s", false, SnapshotAction::Nothing)
+        .await
+        .unwrap();
+    let version = repl.server_version_num().await.unwrap();
+    let mut stream = repl
+        .start_replication(
+            "s",
+            slot.consistent_point,
+            &PgOutputOptions::for_server(version, ["p"]),
+        )
+        .await
+        .unwrap();
+    admin.close().await.unwrap();
+
+    let stopper = tokio::task::spawn_blocking(move || {
+        cluster.stop_fast();
+        cluster
+    });
+    let deadline = Instant::now() + TIMEOUT;
+    let ended = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.next_message())
+            .await
+            .expect("the stream did not end on shutdown")
+        {
+            // Keepalive: confirm its WAL end so the walsender may finish.
+            Ok(Some(m)) if m.first() == Some(&b'k') => {
+                stream
+                    .send(&status_update(Lsn::from_u64(be_u64(&m[1..9]))))
+                    .await
+                    .unwrap();
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => break None,
+            Err(e) => break Some(e),
+        }
+    };
+    let err = match ended {
+        // The usual path: CopyDone, then the server exits without ReadyForQuery.
+        None => stream.finish().await.unwrap_err(),
+        Some(e) => e,
+    };
+    assert!(err.is_transient(), "{err:?}");
+    let _cluster = stopper.await.unwrap();
+}
+
+/// Throughput against a real walsender (run with `--ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement, not a check"]
+async fn measure_streaming_throughput() {
+    const ROWS: u32 = 200_000;
+    let cluster = Cluster::start(PLAIN_HBA, None);
+    let cfg = config(&cluster, "postgres");
+    let mut admin = connect(&cfg).await;
+    sql(
+        &mut admin,
+        "CREATE TABLE t (id int PRIMARY KEY, payload text)",
+    )
+    .await;
+    sql(&mut admin, "CREATE PUBLICATION p FOR TABLE t").await;
+    let mut repl = connect(&cfg).await;
+    let slot = repl
+        .create_replication_slot("s", false, SnapshotAction::Nothing)
+        .await
+        .unwrap();
+    sql(
+        &mut admin,
+        &format!("INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(1, {ROWS}) g"),
+    )
+    .await;
+    let version = repl.server_version_num().await.unwrap();
+    let mut stream = repl
+        .start_replication(
+            "s",
+            slot.consistent_point,
+            &PgOutputOptions::for_server(version, ["p"]),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (mut inserts, mut bytes) = (0u32, 0usize);
+    while inserts < ROWS {
+        let m = stream.next_message().await.unwrap().unwrap();
+        bytes += m.len();
+        if xlog_data(&m).is_some_and(|x| x.first() == Some(&b'I')) {
+            inserts += 1;
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{inserts} inserts, {:.1} MiB of CopyData in {secs:.2}s: {:.0} rows/s, {:.1} MiB/s",
+        bytes as f64 / 1048576.0,
+        f64::from(inserts) / secs,
+        bytes as f64 / 1048576.0 / secs
+    );
 }

@@ -531,3 +531,19 @@ async fn receive_timeout_detects_a_silent_server() {
     drop(stream);
     server.await.unwrap();
 }
+
+#[tokio::test]
+async fn command_complete_ends_the_stream_like_a_shutting_down_walsender() {
+    let (config, server) = serve(|mut s| async move {
+        until_copy_both(&mut s).await;
+        // What WalSndDone sends before exiting: CommandComplete, no CopyDone, no ReadyForQuery.
+        s.write_all(&msg(b'C', b"COPY 0\0")).await.unwrap();
+    })
+    .await;
+    let mut stream = start(&config).await;
+    assert_eq!(stream.next_message().await.unwrap(), None);
+    let err = stream.finish().await.unwrap_err();
+    assert!(matches!(err, ReplicationError::Closed), "{err}");
+    assert!(err.is_transient());
+    server.await.unwrap();
+}

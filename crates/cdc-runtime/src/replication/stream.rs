@@ -16,6 +16,9 @@ enum CopyState {
     Open,
     /// The server sent CopyDone; the client may still end its side.
     ServerDone,
+    /// The server left copy mode with CommandComplete (a walsender shutting
+    /// down does this after the client confirmed everything).
+    Completed,
     /// An error ended the stream; the connection is unusable.
     Failed,
 }
@@ -59,14 +62,16 @@ impl ReplicationStream {
     }
 
     /// The next CopyData payload, or `None` once the server has ended the
-    /// stream with CopyDone (then call [`finish`](Self::finish)).
+    /// stream (CopyDone, or CommandComplete from a walsender that is shutting
+    /// down). Then call [`finish`](Self::finish): it hands the connection back,
+    /// or fails with a transient error when the server went away.
     ///
     /// Cancel-safe: it can be used in `tokio::select!`; a cancelled call loses
     /// no data.
     pub async fn next_message(&mut self) -> Result<Option<Bytes>, ReplicationError> {
         match self.state {
             CopyState::Open => {}
-            CopyState::ServerDone => return Ok(None),
+            CopyState::ServerDone | CopyState::Completed => return Ok(None),
             CopyState::Failed => return Err(ReplicationError::StreamEnded),
         }
         loop {
@@ -89,6 +94,10 @@ impl ReplicationStream {
                 b'd' => return Ok(Some(frame.body)),
                 b'c' => {
                     self.state = CopyState::ServerDone;
+                    return Ok(None);
+                }
+                b'C' => {
+                    self.state = CopyState::Completed;
                     return Ok(None);
                 }
                 b'N' => log_notice(parse_error_fields(frame.body)),
@@ -131,8 +140,10 @@ impl ReplicationStream {
         if self.state == CopyState::Failed {
             return Err(ReplicationError::StreamEnded);
         }
-        frontend::copy_done(&mut self.conn.transport.write);
-        self.conn.transport.send().await?;
+        if self.state != CopyState::Completed {
+            frontend::copy_done(&mut self.conn.transport.write);
+            self.conn.transport.send().await?;
+        }
         let mut error = None;
         let mut discarded = 0usize;
         loop {
