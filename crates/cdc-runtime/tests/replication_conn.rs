@@ -674,8 +674,17 @@ async fn tls_modes() {
     )
     .await;
 
-    // prefer uses TLS when offered.
+    // prefer uses TLS when offered; with a root certificate it checks the chain.
     assert!(connect(&tls(SslMode::Prefer)).await.is_tls());
+    let err = ReplicationConnection::connect(
+        &tls(SslMode::Prefer).sslrootcert(RootCertSource::File(other_ca.clone())),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, ReplicationError::Tls(TlsError::Handshake { .. })),
+        "{err}"
+    );
     // disable: the server only accepts hostssl, so it refuses us (definite).
     let err = ReplicationConnection::connect(&tls(SslMode::Disable))
         .await

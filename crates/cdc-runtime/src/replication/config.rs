@@ -25,7 +25,8 @@ const SUPPORTED_KEYS: &str = "host, hostaddr, port, dbname, user, password, appl
 pub enum SslMode {
     /// Never use TLS.
     Disable,
-    /// Use TLS when the server offers it, without verifying the certificate;
+    /// Use TLS when the server offers it, without verifying the certificate
+    /// unless `sslrootcert` is set (then the chain is checked, as in libpq);
     /// fall back to a plain connection when the server does not support TLS.
     #[default]
     Prefer,

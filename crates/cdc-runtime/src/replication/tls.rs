@@ -4,7 +4,7 @@
 //! | sslmode | chain checked | host name checked |
 //! |---|---|---|
 //! | `prefer`, `require` | no | no |
-//! | `require` with `sslrootcert` set | yes | no |
+//! | `prefer`, `require` with `sslrootcert` (or `~/.postgresql/root.crt`) | yes | no |
 //! | `verify-ca` | yes | no |
 //! | `verify-full` | yes | yes |
 //!
@@ -40,9 +40,9 @@ pub(crate) enum Verification {
 pub(crate) fn verification_for(mode: SslMode, has_root: bool) -> Option<Verification> {
     match mode {
         SslMode::Disable => None,
-        SslMode::Prefer => Some(Verification::None),
-        SslMode::Require if has_root => Some(Verification::Chain),
-        SslMode::Require => Some(Verification::None),
+        // libpq verifies the chain whenever a root file is present, even for prefer/require.
+        SslMode::Prefer | SslMode::Require if has_root => Some(Verification::Chain),
+        SslMode::Prefer | SslMode::Require => Some(Verification::None),
         SslMode::VerifyCa => Some(Verification::Chain),
         SslMode::VerifyFull => Some(Verification::Full),
     }
@@ -111,7 +111,7 @@ pub(crate) fn client_config(
         .get_sslrootcert()
         .cloned()
         .or_else(|| default_root_file().map(RootCertSource::File));
-    // libpq only upgrades `require` to chain checks for an explicit or default root file.
+    // An explicit or default root file turns on chain checks for prefer/require too (libpq).
     let Some(verification) = verification_for(mode, root_source.is_some()) else {
         return Ok(None);
     };
@@ -266,8 +266,12 @@ mod tests {
     fn sslmode_to_checks() {
         assert_eq!(verification_for(SslMode::Disable, true), None);
         assert_eq!(
-            verification_for(SslMode::Prefer, true),
+            verification_for(SslMode::Prefer, false),
             Some(Verification::None)
+        );
+        assert_eq!(
+            verification_for(SslMode::Prefer, true),
+            Some(Verification::Chain)
         );
         assert_eq!(
             verification_for(SslMode::Require, false),
