@@ -75,3 +75,29 @@ pub use connection::{
 };
 pub use error::{AuthError, DbError, ProtocolError, ReplicationError, TlsError};
 pub use stream::ReplicationStream;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+    fn assert_send_sync_static<T: Send + Sync + 'static>() {}
+
+    /// The pipeline moves connections, streams and their futures across tokio
+    /// tasks and boxes errors: keep them `Send` (and errors `Sync + 'static`).
+    #[allow(dead_code)]
+    async fn futures_are_send(config: ReplicationConfig, mut stream: ReplicationStream) {
+        assert_send(&ReplicationConnection::connect(&config));
+        assert_send(&stream.next_message());
+        assert_send(&stream.send(b""));
+        assert_send(&stream.finish());
+    }
+
+    #[test]
+    fn types_are_thread_safe() {
+        assert_send_sync_static::<ReplicationError>();
+        assert_send_sync_static::<ReplicationConfig>();
+        assert_send_sync_static::<ReplicationConnection>();
+        assert_send_sync_static::<ReplicationStream>();
+    }
+}
