@@ -1,0 +1,512 @@
+//! Connection settings for a replication connection, parsed from libpq-style
+//! `key=value` strings or `postgresql://` URLs (in [`parse`]).
+
+mod parse;
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The default TCP port of PostgreSQL.
+pub const DEFAULT_PORT: u16 = 5432;
+/// The `application_name` sent when none is configured.
+pub const DEFAULT_APPLICATION_NAME: &str = "pgcdc";
+/// How long connecting (TCP, TLS, startup and authentication) may take when no
+/// `connect_timeout` is configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The keys accepted in a `key=value` string or as URL query parameters.
+const SUPPORTED_KEYS: &str = "host, hostaddr, port, dbname, user, password, application_name, \
+     fallback_application_name, sslmode, sslrootcert, channel_binding, connect_timeout, replication";
+
+/// Whether and how TLS is used, with libpq's meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum SslMode {
+    /// Never use TLS.
+    Disable,
+    /// Use TLS when the server offers it, without verifying the certificate
+    /// unless `sslrootcert` is set (then the chain is checked, as in libpq);
+    /// fall back to a plain connection when the server does not support TLS.
+    #[default]
+    Prefer,
+    /// Always use TLS, fail when the server does not offer it. The certificate is
+    /// not verified unless `sslrootcert` is set, in which case this behaves like
+    /// [`SslMode::VerifyCa`] (as in libpq).
+    Require,
+    /// Always use TLS and check that the server certificate chains to a trusted
+    /// root; the host name is not checked.
+    VerifyCa,
+    /// Always use TLS, check the chain and that the certificate is valid for the
+    /// host name connected to.
+    VerifyFull,
+}
+
+impl SslMode {
+    /// The libpq spelling (`disable`, `prefer`, `require`, `verify-ca`, `verify-full`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    /// Whether a connection without TLS is refused.
+    pub const fn requires_tls(self) -> bool {
+        matches!(
+            self,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull
+        )
+    }
+}
+
+impl fmt::Display for SslMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SslMode {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "disable" => Ok(SslMode::Disable),
+            "prefer" => Ok(SslMode::Prefer),
+            "require" => Ok(SslMode::Require),
+            "verify-ca" => Ok(SslMode::VerifyCa),
+            "verify-full" => Ok(SslMode::VerifyFull),
+            // libpq's `allow` tries plain first; we do not offer that downgrade order.
+            _ => Err(ConfigError::InvalidValue {
+                key: "sslmode".into(),
+                value: s.into(),
+                reason: "expected disable, prefer, require, verify-ca or verify-full",
+            }),
+        }
+    }
+}
+
+/// Whether SCRAM channel binding (`SCRAM-SHA-256-PLUS` with
+/// `tls-server-end-point`) is used, with libpq's meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ChannelBinding {
+    /// Never use channel binding.
+    Disable,
+    /// Use it when the connection is encrypted and the server offers it.
+    #[default]
+    Prefer,
+    /// Refuse to authenticate without it: the server must prove over SCRAM
+    /// that it holds the certificate's key, which defeats a man in the middle
+    /// even when the certificate is not verified. Implies SCRAM over TLS, so
+    /// trust, password and md5 authentication are refused.
+    Require,
+}
+
+impl ChannelBinding {
+    /// The libpq spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ChannelBinding::Disable => "disable",
+            ChannelBinding::Prefer => "prefer",
+            ChannelBinding::Require => "require",
+        }
+    }
+}
+
+impl fmt::Display for ChannelBinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ChannelBinding {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "disable" => Ok(ChannelBinding::Disable),
+            "prefer" => Ok(ChannelBinding::Prefer),
+            "require" => Ok(ChannelBinding::Require),
+            _ => Err(ConfigError::InvalidValue {
+                key: "channel_binding".into(),
+                value: s.into(),
+                reason: "expected disable, prefer or require",
+            }),
+        }
+    }
+}
+
+/// Where trusted root certificates come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RootCertSource {
+    /// A PEM file with one or more CA certificates.
+    File(PathBuf),
+    /// The operating system's trust store (`sslrootcert=system`, as in libpq 16).
+    System,
+}
+
+/// A configuration setting that could not be parsed or is not supported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The `key=value` string is malformed.
+    #[error("invalid connection string at byte {position}: {reason}")]
+    Syntax {
+        /// Byte offset in the input where the problem was found.
+        position: usize,
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// The URL is malformed.
+    #[error("invalid connection URL: {reason}")]
+    Url {
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// A key that pgcdc does not know or support.
+    #[error("unknown connection setting {key:?}; supported settings are: {SUPPORTED_KEYS}")]
+    UnknownKey {
+        /// The key as written.
+        key: String,
+    },
+    /// A value that is not valid for its key. Passwords are never stored here.
+    #[error("invalid value {value:?} for {key}: {reason}")]
+    InvalidValue {
+        /// The key.
+        key: String,
+        /// The rejected value.
+        value: String,
+        /// What is expected.
+        reason: &'static str,
+    },
+    /// No user name was given.
+    #[error("no user given: set user=... in the connection string or user@ in the URL")]
+    MissingUser,
+    /// Several hosts (`host=a,b`) were given; failover lists are not supported.
+    #[error("several hosts given ({0:?}); pgcdc connects to exactly one host")]
+    MultipleHosts(String),
+    /// A Unix-domain socket directory was given as host.
+    #[error("host {0:?} is a Unix-domain socket directory, which is not supported; use a TCP host such as host=127.0.0.1")]
+    UnixSocket(String),
+}
+
+/// Settings of one replication connection.
+///
+/// Built with [`ReplicationConfig::new`] and setters, or parsed with
+/// [`FromStr`] from a libpq-style `key=value` string
+/// (`host=db port=5432 user=cdc dbname=app sslmode=verify-full`) or a
+/// `postgresql://user:password@host:port/dbname?sslmode=require` URL.
+///
+/// The password is never printed: [`fmt::Debug`] redacts it and
+/// [`fmt::Display`] (the same as [`ReplicationConfig::redacted`]) leaves it out,
+/// so both are safe for logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ReplicationConfig {
+    host: String,
+    hostaddr: Option<IpAddr>,
+    port: u16,
+    dbname: Option<String>,
+    user: String,
+    password: Option<String>,
+    application_name: Option<String>,
+    fallback_application_name: Option<String>,
+    sslmode: SslMode,
+    sslrootcert: Option<RootCertSource>,
+    channel_binding: ChannelBinding,
+    connect_timeout: Duration,
+}
+
+impl ReplicationConfig {
+    /// Settings for `user` on `localhost:5432`, database named like the user,
+    /// `sslmode=prefer`, no password.
+    pub fn new(user: impl Into<String>) -> Self {
+        ReplicationConfig {
+            host: "localhost".into(),
+            hostaddr: None,
+            port: DEFAULT_PORT,
+            dbname: None,
+            user: user.into(),
+            password: None,
+            application_name: None,
+            fallback_application_name: None,
+            sslmode: SslMode::default(),
+            sslrootcert: None,
+            channel_binding: ChannelBinding::default(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The host name (or IP address) to connect to; also the name checked by
+    /// `sslmode=verify-full`.
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = host.into();
+        self
+    }
+
+    /// An IP address to connect to instead of resolving [`host`](Self::host),
+    /// which is then only used for TLS name checks (libpq's `hostaddr`).
+    pub fn hostaddr(mut self, addr: IpAddr) -> Self {
+        self.hostaddr = Some(addr);
+        self
+    }
+
+    /// The user name.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = user.into();
+        self
+    }
+
+    /// The TCP port.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The database whose changes are streamed (defaults to the user name).
+    pub fn dbname(mut self, dbname: impl Into<String>) -> Self {
+        self.dbname = Some(dbname.into());
+        self
+    }
+
+    /// The password, used for cleartext, md5 and SCRAM-SHA-256 authentication.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// The `application_name` shown in `pg_stat_replication`.
+    pub fn application_name(mut self, name: impl Into<String>) -> Self {
+        self.application_name = Some(name.into());
+        self
+    }
+
+    /// The TLS mode.
+    pub fn sslmode(mut self, mode: SslMode) -> Self {
+        self.sslmode = mode;
+        self
+    }
+
+    /// Trusted root certificates for `verify-ca` / `verify-full` (and `require`).
+    pub fn sslrootcert(mut self, source: RootCertSource) -> Self {
+        self.sslrootcert = Some(source);
+        self
+    }
+
+    /// Whether SCRAM channel binding is used.
+    pub fn channel_binding(mut self, mode: ChannelBinding) -> Self {
+        self.channel_binding = mode;
+        self
+    }
+
+    /// How long connecting, TLS and authentication may take in total.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The configured host name.
+    pub fn get_host(&self) -> &str {
+        &self.host
+    }
+
+    /// The configured `hostaddr`, if any.
+    pub fn get_hostaddr(&self) -> Option<IpAddr> {
+        self.hostaddr
+    }
+
+    /// The TCP port.
+    pub fn get_port(&self) -> u16 {
+        self.port
+    }
+
+    /// The database name (the user name when none was set).
+    pub fn get_dbname(&self) -> &str {
+        self.dbname.as_deref().unwrap_or(&self.user)
+    }
+
+    /// The user name.
+    pub fn get_user(&self) -> &str {
+        &self.user
+    }
+
+    /// The password, if one is configured. Take care not to log it.
+    pub fn get_password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// The `application_name` sent to the server.
+    pub fn get_application_name(&self) -> &str {
+        self.application_name
+            .as_deref()
+            .or(self.fallback_application_name.as_deref())
+            .unwrap_or(DEFAULT_APPLICATION_NAME)
+    }
+
+    /// The TLS mode.
+    pub fn get_sslmode(&self) -> SslMode {
+        self.sslmode
+    }
+
+    /// The configured root certificates, if any.
+    pub fn get_sslrootcert(&self) -> Option<&RootCertSource> {
+        self.sslrootcert.as_ref()
+    }
+
+    /// The channel binding mode.
+    pub fn get_channel_binding(&self) -> ChannelBinding {
+        self.channel_binding
+    }
+
+    /// The connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// A `key=value` form of these settings without the password, for logs.
+    pub fn redacted(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Debug for ReplicationConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplicationConfig")
+            .field("host", &self.host)
+            .field("hostaddr", &self.hostaddr)
+            .field("port", &self.port)
+            .field("dbname", &self.get_dbname())
+            .field("user", &self.user)
+            .field(
+                "password",
+                &self.password.as_ref().map(|_| Redacted).as_ref(),
+            )
+            .field("application_name", &self.get_application_name())
+            .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
+            .field("channel_binding", &self.channel_binding)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+struct Redacted;
+
+impl fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// `key=value` form without the password; values are quoted when needed.
+impl fmt::Display for ReplicationConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "host={}", QuotedValue(&self.host))?;
+        if let Some(addr) = self.hostaddr {
+            write!(f, " hostaddr={addr}")?;
+        }
+        write!(
+            f,
+            " port={} dbname={} user={} application_name={} sslmode={}",
+            self.port,
+            QuotedValue(self.get_dbname()),
+            QuotedValue(&self.user),
+            QuotedValue(self.get_application_name()),
+            self.sslmode
+        )?;
+        match &self.sslrootcert {
+            Some(RootCertSource::File(path)) => {
+                write!(
+                    f,
+                    " sslrootcert={}",
+                    QuotedValue(&path.display().to_string())
+                )?;
+            }
+            Some(RootCertSource::System) => f.write_str(" sslrootcert=system")?,
+            None => {}
+        }
+        write!(
+            f,
+            " channel_binding={} connect_timeout={}",
+            self.channel_binding,
+            self.connect_timeout.as_secs()
+        )
+    }
+}
+
+/// A value in libpq `key=value` syntax: quoted when empty or when it holds
+/// whitespace, quotes or backslashes.
+struct QuotedValue<'a>(&'a str);
+
+impl fmt::Display for QuotedValue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let needs_quotes = self.0.is_empty()
+            || self
+                .0
+                .chars()
+                .any(|c| c.is_whitespace() || c == '\'' || c == '\\');
+        if !needs_quotes {
+            return f.write_str(self.0);
+        }
+        f.write_str("'")?;
+        for c in self.0.chars() {
+            if c == '\'' || c == '\\' {
+                f.write_str("\\")?;
+            }
+            write!(f, "{c}")?;
+        }
+        f.write_str("'")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn password_never_printed() {
+        let c: ReplicationConfig = "user=a password=hunter2 host=h".parse().unwrap();
+        let debug = format!("{c:?}");
+        let display = c.to_string();
+        assert!(!debug.contains("hunter2"), "{debug}");
+        assert!(debug.contains("<redacted>"), "{debug}");
+        assert!(!display.contains("hunter2"), "{display}");
+        assert!(!display.contains("password"), "{display}");
+        assert_eq!(c.redacted(), display);
+    }
+
+    #[test]
+    fn display_round_trips_without_password() {
+        let c = ReplicationConfig::new("o'neil")
+            .host("db")
+            .port(7000)
+            .dbname("a b")
+            .password("secret")
+            .application_name("")
+            .sslmode(SslMode::VerifyCa)
+            .channel_binding(ChannelBinding::Disable)
+            .sslrootcert(RootCertSource::File("/tmp/my ca.pem".into()));
+        let back: ReplicationConfig = c.redacted().parse().unwrap();
+        assert_eq!(back.get_user(), "o'neil");
+        assert_eq!(back.get_dbname(), "a b");
+        assert_eq!(back.get_port(), 7000);
+        assert_eq!(back.get_sslmode(), SslMode::VerifyCa);
+        assert_eq!(back.get_sslrootcert(), c.get_sslrootcert());
+        assert_eq!(back.get_channel_binding(), ChannelBinding::Disable);
+        assert_eq!(back.get_password(), None);
+        assert_eq!(back, c.clone().password_cleared());
+    }
+
+    impl ReplicationConfig {
+        fn password_cleared(mut self) -> Self {
+            self.password = None;
+            self
+        }
+    }
+}

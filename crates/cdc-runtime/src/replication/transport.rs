@@ -1,0 +1,157 @@
+//! The socket (plain TCP or TLS) with a reusable read buffer and a write buffer.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::error::{DbError, ReplicationError};
+use super::wire::{split_frame, Frame};
+
+/// Bytes requested per socket read. Large reads keep the syscall count low at
+/// high WAL rates; messages are sliced out of this buffer without copying.
+pub(crate) const READ_CHUNK: usize = 128 * 1024;
+/// Below this much free room the buffer is grown (or a fresh one taken) before reading.
+const MIN_FREE: usize = 16 * 1024;
+
+/// A TCP stream, optionally wrapped in TLS.
+pub(crate) enum Socket {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Socket::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Socket::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Socket::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Socket::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Socket::Plain(s) => Pin::new(s).poll_flush(cx),
+            Socket::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Socket::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Socket::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Framed access to the socket.
+pub(crate) struct Transport {
+    socket: Socket,
+    read: BytesMut,
+    pub(crate) write: BytesMut,
+}
+
+/// Shows sizes only: the buffers hold row data and, briefly, password messages.
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("tls", &self.is_tls())
+            .field("buffered", &self.read.len())
+            .field("read_capacity", &self.read.capacity())
+            .finish()
+    }
+}
+
+impl Transport {
+    pub(crate) fn new(socket: Socket) -> Self {
+        Transport {
+            socket,
+            read: BytesMut::with_capacity(READ_CHUNK),
+            write: BytesMut::with_capacity(1024),
+        }
+    }
+
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self.socket, Socket::Tls(_))
+    }
+
+    /// Channel binding data for the server's certificate, on TLS connections
+    /// whose certificate has a usable signature hash.
+    pub(crate) fn tls_server_end_point(&self) -> Option<Vec<u8>> {
+        match &self.socket {
+            Socket::Plain(_) => None,
+            Socket::Tls(s) => {
+                let cert = s.get_ref().1.peer_certificates()?.first()?;
+                super::channel_binding::tls_server_end_point(cert)
+            }
+        }
+    }
+
+    /// The next complete backend message. Reads the socket only when no complete
+    /// message is buffered. Cancel-safe: dropping the future loses no bytes.
+    pub(crate) async fn read_frame(&mut self) -> Result<Frame, ReplicationError> {
+        loop {
+            if let Some(frame) = split_frame(&mut self.read)? {
+                return Ok(frame);
+            }
+            if self.read.capacity() - self.read.len() < MIN_FREE {
+                self.read.reserve(READ_CHUNK);
+            }
+            let n = self.socket.read_buf(&mut self.read).await?;
+            if n == 0 {
+                return Err(ReplicationError::Closed);
+            }
+        }
+    }
+
+    /// Writes and flushes everything in the write buffer. Not cancel-safe: a
+    /// dropped send leaves the connection in an unknown state.
+    pub(crate) async fn send(&mut self) -> Result<(), ReplicationError> {
+        let result = async {
+            self.socket.write_all(&self.write).await?;
+            self.socket.flush().await
+        }
+        .await;
+        self.write.clear();
+        result.map_err(ReplicationError::Io)
+    }
+
+    /// Best-effort close: flush pending output and shut down the write side.
+    pub(crate) async fn shutdown(&mut self) -> Result<(), ReplicationError> {
+        self.send().await?;
+        self.socket.shutdown().await.map_err(ReplicationError::Io)
+    }
+}
+
+/// Logs a `NoticeResponse` (or an unparsable one).
+pub(crate) fn log_notice(notice: Result<DbError, super::error::ProtocolError>) {
+    match notice {
+        Ok(n) => tracing::info!(
+            severity = n.severity(),
+            code = n.code(),
+            detail = n.detail(),
+            "server notice: {}",
+            n.message()
+        ),
+        Err(e) => tracing::warn!("malformed notice from the server: {e}"),
+    }
+}
