@@ -1,0 +1,254 @@
+//! Finding the PostgreSQL server binaries and the OS user that runs them.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::error::{HarnessError, Result};
+
+/// The oldest major version the harness accepts (logical decoding features used by pgcdc).
+pub(crate) const MIN_MAJOR: u32 = 15;
+
+/// A directory holding `initdb`, `pg_ctl` and `postgres` of one PostgreSQL version.
+#[derive(Debug, Clone)]
+pub(crate) struct PgBinaries {
+    pub(crate) bindir: PathBuf,
+    /// Major version (15, 16, ...).
+    pub(crate) major: u32,
+    /// `postgres --version` output, trimmed.
+    pub(crate) version: String,
+}
+
+impl PgBinaries {
+    pub(crate) fn tool(&self, name: &str) -> PathBuf {
+        self.bindir.join(name)
+    }
+
+    /// Finds the newest server binaries of version >= 15.
+    ///
+    /// `PGCDC_PG_BINDIR` wins when set; otherwise the directories of `PATH` and
+    /// `/usr/lib/postgresql/*/bin` are considered, newest version first.
+    pub(crate) fn find() -> Result<PgBinaries> {
+        if let Some(dir) = std::env::var_os("PGCDC_PG_BINDIR") {
+            let dir = PathBuf::from(dir);
+            return match probe(&dir) {
+                Some(b) if b.major >= MIN_MAJOR => Ok(b),
+                Some(b) => Err(HarnessError::NoServer {
+                    reason: format!(
+                        "PGCDC_PG_BINDIR={} holds PostgreSQL {}, need {MIN_MAJOR}+",
+                        dir.display(),
+                        b.major
+                    ),
+                }),
+                None => Err(HarnessError::NoServer {
+                    reason: format!(
+                        "PGCDC_PG_BINDIR={} has no working initdb/pg_ctl/postgres",
+                        dir.display()
+                    ),
+                }),
+            };
+        }
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        if let Some(path) = std::env::var_os("PATH") {
+            candidates.extend(std::env::split_paths(&path));
+        }
+        if let Ok(entries) = fs::read_dir("/usr/lib/postgresql") {
+            for entry in entries.flatten() {
+                candidates.push(entry.path().join("bin"));
+            }
+        }
+        let mut found: Vec<PgBinaries> = Vec::new();
+        let mut too_old = Vec::new();
+        for dir in candidates {
+            if !dir.join("initdb").is_file() {
+                continue;
+            }
+            // `/usr/local/bin/initdb` is often a symlink into the versioned directory.
+            let real = fs::canonicalize(dir.join("postgres"))
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+                .unwrap_or(dir);
+            if found.iter().any(|b| b.bindir == real) {
+                continue;
+            }
+            match probe(&real) {
+                Some(b) if b.major >= MIN_MAJOR => found.push(b),
+                Some(b) => too_old.push(format!("{} ({})", b.bindir.display(), b.major)),
+                None => {}
+            }
+        }
+        found.sort_by_key(|b| std::cmp::Reverse(b.major));
+        found
+            .into_iter()
+            .next()
+            .ok_or_else(|| HarnessError::NoServer {
+                reason: if too_old.is_empty() {
+                    "no initdb/pg_ctl/postgres on PATH or under /usr/lib/postgresql/*/bin"
+                        .to_owned()
+                } else {
+                    format!(
+                        "only PostgreSQL older than {MIN_MAJOR} found: {}",
+                        too_old.join(", ")
+                    )
+                },
+            })
+    }
+}
+
+fn probe(dir: &Path) -> Option<PgBinaries> {
+    for tool in ["initdb", "pg_ctl", "postgres"] {
+        if !dir.join(tool).is_file() {
+            return None;
+        }
+    }
+    let out = Command::new(dir.join("postgres"))
+        .arg("--version")
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let major = parse_major(&version)?;
+    let bindir = dir.to_path_buf();
+    Some(PgBinaries {
+        bindir,
+        major,
+        version,
+    })
+}
+
+/// `postgres (PostgreSQL) 15.13 (Debian 15.13-0+deb12u1)` -> 15; `16beta1` -> 16.
+pub(crate) fn parse_major(version: &str) -> Option<u32> {
+    let rest = version.split("(PostgreSQL)").nth(1)?.trim_start();
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// The OS account that runs initdb/pg_ctl/postgres.
+///
+/// PostgreSQL refuses to run as root. When the test process is root the server
+/// programs run as the `postgres` system user (uid/gid set on the child through
+/// the safe `CommandExt` API); otherwise as the current user.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunAs {
+    /// `Some((uid, gid))` when the programs must switch user.
+    switch_to: Option<(u32, u32)>,
+}
+
+impl RunAs {
+    pub(crate) fn detect() -> Result<RunAs> {
+        if current_euid()? != 0 {
+            return Ok(RunAs { switch_to: None });
+        }
+        let passwd = fs::read_to_string("/etc/passwd")
+            .map_err(|e| HarnessError::io("read", "/etc/passwd", e))?;
+        match lookup_user(&passwd, "postgres") {
+            Some(ids) => Ok(RunAs {
+                switch_to: Some(ids),
+            }),
+            None => Err(HarnessError::NoServer {
+                reason: "running as root, PostgreSQL refuses to run as root, and there is no \
+                         `postgres` system user to run it as (installing the postgresql package \
+                         creates one; or `useradd --system postgres`)"
+                    .to_owned(),
+            }),
+        }
+    }
+
+    /// A command that runs `program` as this user, in `cwd`.
+    pub(crate) fn command(&self, program: &Path, cwd: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.current_dir(cwd);
+        // Deterministic, English server messages whatever the caller's locale.
+        cmd.env("LC_ALL", "C").env("LANG", "C");
+        if let Some((uid, gid)) = self.switch_to {
+            cmd.uid(uid).gid(gid);
+        }
+        cmd
+    }
+
+    /// Gives `path` to the server user (no-op when not switching user).
+    pub(crate) fn chown(&self, path: &Path) -> Result<()> {
+        if let Some((uid, gid)) = self.switch_to {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid))
+                .map_err(|e| HarnessError::io("chown", path, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// The effective uid: `/proc/self` belongs to it. Falls back to `id -u`.
+fn current_euid() -> Result<u32> {
+    if let Ok(meta) = fs::metadata("/proc/self") {
+        return Ok(meta.uid());
+    }
+    let out = run_output(Command::new("id").arg("-u"), "id -u")?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| HarnessError::Config("`id -u` printed no number".to_owned()))
+}
+
+/// `name:x:uid:gid:...` lines of /etc/passwd.
+pub(crate) fn lookup_user(passwd: &str, name: &str) -> Option<(u32, u32)> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        if fields.next()? != name {
+            return None;
+        }
+        let _password = fields.next()?;
+        let uid = fields.next()?.parse().ok()?;
+        let gid = fields.next()?.parse().ok()?;
+        Some((uid, gid))
+    })
+}
+
+/// Runs `cmd`, returning its output, or an error carrying stderr/stdout when it fails.
+pub(crate) fn run_output(cmd: &mut Command, display: &str) -> Result<Output> {
+    let out = cmd.output().map_err(|source| HarnessError::Spawn {
+        program: display.to_owned(),
+        source,
+    })?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(HarnessError::CommandFailed {
+            command: display.to_owned(),
+            status: out.status.to_string(),
+            output: format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_major_versions() {
+        assert_eq!(
+            parse_major("postgres (PostgreSQL) 15.13 (Debian 15.13-0+deb12u1)"),
+            Some(15)
+        );
+        assert_eq!(parse_major("postgres (PostgreSQL) 16beta1"), Some(16));
+        assert_eq!(parse_major("postgres (PostgreSQL) 9.6.24"), Some(9));
+        assert_eq!(parse_major("something else 15"), None);
+    }
+
+    #[test]
+    fn looks_up_users_in_passwd() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\n\
+                      postgres:x:101:104:PostgreSQL administrator:/var/lib/postgresql:/bin/bash\n";
+        assert_eq!(lookup_user(passwd, "postgres"), Some((101, 104)));
+        assert_eq!(lookup_user(passwd, "root"), Some((0, 0)));
+        assert_eq!(lookup_user(passwd, "post"), None);
+        assert_eq!(lookup_user("postgres:x:abc:1:", "postgres"), None);
+    }
+}

@@ -1,0 +1,311 @@
+//! Tests of the PostgreSQL test harness itself.
+// The helpers below are test code too: a failed step must fail the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use integration_tests::{BackendKind, ClusterOptions, HarnessError, LocalCluster, TestPostgres};
+
+const CHILD_ENV: &str = "PGCDC_HARNESS_CHILD";
+const MARKER: &str = "PGCDC_CHILD_CLUSTER";
+const ERROR_MARKER: &str = "PGCDC_CHILD_ERROR";
+
+#[tokio::test]
+async fn shared_server_gives_separate_logical_databases() {
+    let a = TestPostgres::new_database().await.unwrap();
+    let b = TestPostgres::new_database().await.unwrap();
+    assert_ne!(a.name(), b.name());
+
+    let ca = a.connect().await.unwrap();
+    let cb = b.connect().await.unwrap();
+    for (db, client) in [(&a, &ca), (&b, &cb)] {
+        let row = client
+            .query_one(
+                "SELECT current_setting('wal_level'), current_database()",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), "logical");
+        assert_eq!(row.get::<_, String>(1), db.name());
+    }
+    let shared = TestPostgres::shared().await.unwrap();
+    assert!(
+        shared.major_version() >= 15,
+        "{}",
+        shared.server_version_num()
+    );
+    for setting in [
+        "max_replication_slots",
+        "max_wal_senders",
+        "max_prepared_transactions",
+    ] {
+        let row = ca.query_one(&format!("SHOW {setting}"), &[]).await.unwrap();
+        assert_eq!(row.get::<_, String>(0), "20", "{setting}");
+    }
+
+    // The databases really are separate.
+    ca.batch_execute("CREATE TABLE only_in_a (id int)")
+        .await
+        .unwrap();
+    let n: i64 = cb
+        .query_one(
+            "SELECT count(*) FROM pg_class WHERE relname = 'only_in_a'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+}
+
+#[tokio::test]
+async fn pgoutput_slot_decodes_an_insert() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, v text);
+             CREATE PUBLICATION pub FOR TABLE t;",
+        )
+        .await
+        .unwrap();
+    client
+        .query_one(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot('harness_slot', 'pgoutput')",
+            &[],
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute("INSERT INTO t VALUES (1, 'hello')")
+        .await
+        .unwrap();
+    let rows = client
+        .query(
+            "SELECT data FROM pg_logical_slot_get_binary_changes('harness_slot', NULL, NULL, \
+             'proto_version', '1', 'publication_names', 'pub')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let tags: Vec<u8> = rows
+        .iter()
+        .map(|r| r.get::<_, Vec<u8>>(0).first().copied().unwrap_or(0))
+        .collect();
+    assert_eq!(tags, b"BRIC", "Begin, Relation, Insert, Commit");
+    let insert: Vec<u8> = rows[2].get(0);
+    assert!(
+        insert.windows(5).any(|w| w == b"hello"),
+        "insert carries the text value"
+    );
+    client
+        .batch_execute("SELECT pg_drop_replication_slot('harness_slot')")
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn dedicated_cluster_restarts_and_requires_its_password() {
+    let cluster = LocalCluster::create(
+        ClusterOptions::new()
+            .setting("wal_sender_timeout", "'7s'")
+            .superuser_password("s3cret pass")
+            .hba_host_line("host all all 127.0.0.1/32 scram-sha-256")
+            .hba_host_line("host replication all 127.0.0.1/32 scram-sha-256"),
+    )
+    .await
+    .unwrap();
+    let port = cluster.port();
+    let db = cluster.create_database().await.unwrap();
+    assert_eq!(db.password(), Some("s3cret pass"));
+
+    // Password auth is enforced over TCP.
+    let wrong = db.connection_info().with_user("postgres", Some("wrong"));
+    assert!(matches!(
+        wrong.connect().await,
+        Err(HarnessError::Postgres { .. })
+    ));
+
+    let client = db.connect().await.unwrap();
+    let timeout: String = client
+        .query_one("SHOW wal_sender_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(timeout, "7s");
+    client
+        .batch_execute("CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)")
+        .await
+        .unwrap();
+    drop(client);
+
+    cluster.restart().await.unwrap();
+    assert_eq!(cluster.port(), port);
+    let client = db.connect().await.unwrap();
+    let v: i32 = client
+        .query_one("SELECT v FROM kept", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 42);
+
+    cluster.stop().await.unwrap();
+    assert!(!cluster.is_running().await.unwrap());
+    assert!(client.is_closed() || client.simple_query("SELECT 1").await.is_err());
+    assert!(db.connect().await.is_err());
+
+    // Immediate shutdown then start: crash recovery keeps committed data.
+    cluster.start().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("INSERT INTO kept VALUES (43)")
+        .await
+        .unwrap();
+    cluster.kill().await.unwrap();
+    cluster.start().await.unwrap();
+    let client = db.connect().await.unwrap();
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM kept", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+
+    let dir = cluster.socket_dir().to_path_buf();
+    drop(client);
+    drop(cluster);
+    assert!(
+        !dir.exists(),
+        "dropping the cluster removes {}",
+        dir.display()
+    );
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "server on port {port} stopped"
+    );
+}
+
+/// Runs this test binary's `child_starts_shared_cluster` in a subprocess.
+fn spawn_child(mode: &str, extra_env: &[(&str, &str)]) -> std::process::Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--exact",
+        "child_starts_shared_cluster",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, mode)
+    .env("PGCDC_TEST_BACKEND", "local")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Reads the child's marker line: `(data dir, port)` or the error text.
+fn read_marker(child: &mut std::process::Child) -> Result<(PathBuf, u16), String> {
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push(line.clone());
+        // libtest may print "test name ... " before the child's output on the same line.
+        if let Some((_, rest)) = line.split_once(ERROR_MARKER) {
+            return Err(rest.trim().to_owned());
+        }
+        if let Some((_, rest)) = line.split_once(MARKER) {
+            let mut parts = rest.split_whitespace();
+            let port: u16 = parts.next().unwrap().parse().unwrap();
+            let dir = PathBuf::from(parts.next().unwrap());
+            // Keep draining stdout in the background so the child never blocks on it.
+            std::thread::spawn(move || for _ in lines {});
+            return Ok((dir, port));
+        }
+    }
+    panic!(
+        "child exited without a marker line; its stdout:\n{}",
+        seen.join("\n")
+    );
+}
+
+/// Waits (bounded) until the directory is gone and nothing listens on the port.
+fn wait_until_cleaned(dir: &std::path::Path, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listening = TcpStream::connect(("127.0.0.1", port)).is_ok();
+        if !dir.exists() && !listening {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cluster not cleaned up: dir exists={} listening={listening}",
+            dir.exists()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn shared_cluster_is_removed_after_the_test_process_exits() {
+    let mut child = spawn_child("exit", &[]);
+    let (dir, port) = read_marker(&mut child).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "child test failed: {status}");
+    wait_until_cleaned(&dir, port);
+}
+
+#[test]
+fn shared_cluster_is_removed_after_the_test_process_is_killed() {
+    let mut child = spawn_child("hang", &[]);
+    let (dir, port) = read_marker(&mut child).unwrap();
+    // Alive while the process lives.
+    assert!(dir.join("data").join("postmaster.pid").exists());
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_ok());
+    child.kill().unwrap(); // SIGKILL: no destructors run
+    child.wait().unwrap();
+    wait_until_cleaned(&dir, port);
+}
+
+#[test]
+fn missing_server_binaries_fail_with_instructions() {
+    let mut child = spawn_child("exit", &[("PGCDC_PG_BINDIR", "/nonexistent/pgcdc/bin")]);
+    let message = read_marker(&mut child).unwrap_err();
+    child.wait().unwrap();
+    assert!(message.contains("apt-get install postgresql"), "{message}");
+    assert!(message.contains("Docker"), "{message}");
+    assert!(message.contains("PGCDC_TEST_DATABASE_URL"), "{message}");
+}
+
+/// Helper run in a subprocess by the tests above; does nothing on its own.
+#[tokio::test]
+#[ignore = "run as a subprocess by the cleanup tests"]
+async fn child_starts_shared_cluster() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    match TestPostgres::shared().await {
+        Ok(server) => {
+            assert_eq!(server.backend(), BackendKind::Local);
+            let cluster = server.local_cluster().unwrap();
+            println!(
+                "{MARKER} {} {}",
+                cluster.port(),
+                cluster.socket_dir().display()
+            );
+        }
+        Err(e) => println!("{ERROR_MARKER} {e}"),
+    }
+    if mode == "hang" {
+        std::future::pending::<()>().await;
+    }
+}
