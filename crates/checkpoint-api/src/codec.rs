@@ -10,11 +10,11 @@
 //!   envelope version  2   1
 //!   compression       1   0 = none, 1 = LZ4 block format (lz4_flex)
 //!   flags             1   0 (reserved; readers reject anything else)
-//!   block size        4   uncompressed bytes per block, 1 ..= MAX_BLOCK_SIZE
+//!   max block size    4   largest uncompressed block, 1 ..= MAX_BLOCK_SIZE
 //!   uncompressed len  8   length of the protobuf message
-//! blocks   ceil(uncompressed len / block size) of them; block i holds bytes
-//!          [i * block size, min((i + 1) * block size, uncompressed len)) of the message
-//!   length word       4   bit 31: stored (raw) block; bits 0..31: payload length
+//! blocks   one after another until their uncompressed lengths add up to the message length
+//!   block len         4   uncompressed bytes in this block, 1 ..= max block size
+//!   payload word      4   bit 31: stored (raw) block; bits 0..31: payload length
 //!   payload               LZ4 block, or the raw bytes when stored
 //! trailer  (8 bytes)
 //!   crc32c            4   CRC32C of every byte from the header's first to the last block's last
@@ -23,9 +23,11 @@
 //!
 //! Blocks are compressed independently, so [`ChunkedEncoder`] compresses, checksums and hands
 //! out the envelope chunk by chunk without ever building it whole, and [`ChunkedDecoder`]
-//! takes it back the same way, holding at most one compressed block besides the output. A
-//! block that LZ4 cannot shrink is stored raw, so incompressible state costs a copy, not an
-//! expansion. The CRC32C is computed incrementally as blocks are produced or consumed.
+//! takes it back the same way, holding at most one compressed block besides the output. The
+//! encoder cuts blocks where the message's parts end (a large operator state starts a new
+//! block), so every block is compressed straight from the caller's buffers with no staging
+//! copy. A block that LZ4 cannot shrink is stored raw, so incompressible state costs a copy,
+//! not an expansion. The CRC32C is computed incrementally as blocks are produced or consumed.
 //!
 //! Operator state payloads are never copied into a protobuf buffer: the encoder writes the
 //! small protobuf parts itself and feeds the payload [`Bytes`](bytes::Bytes) straight to the
@@ -58,7 +60,7 @@ pub const MAX_BLOCK_SIZE: u32 = 16 << 20;
 /// Default limit on the uncompressed length a decoder accepts (1 GiB).
 pub const DEFAULT_MAX_UNCOMPRESSED_LEN: u64 = 1 << 30;
 
-const BLOCK_HEADER_LEN: usize = 4;
+const BLOCK_HEADER_LEN: usize = 8;
 const STORED_BIT: u32 = 1 << 31;
 /// Operator state up to this size is copied into the protobuf buffer; larger state is
 /// referenced, not copied.
@@ -114,7 +116,7 @@ impl EncodeOptions {
         self
     }
 
-    /// Sets the uncompressed block size (default [`DEFAULT_BLOCK_SIZE`]; 1 ..= [`MAX_BLOCK_SIZE`]).
+    /// Sets the largest uncompressed block (default [`DEFAULT_BLOCK_SIZE`]; 1 ..= [`MAX_BLOCK_SIZE`]).
     pub fn with_block_size(mut self, block_size: u32) -> Self {
         self.block_size = block_size;
         self
@@ -157,7 +159,7 @@ pub struct EnvelopeHeader {
     pub version: u16,
     /// Block compression.
     pub compression: Compression,
-    /// Uncompressed bytes per block.
+    /// Largest uncompressed block.
     pub block_size: u32,
     /// Length of the protobuf message.
     pub uncompressed_len: u64,
@@ -518,7 +520,6 @@ pub struct ChunkedEncoder {
     chunk_size: usize,
     uncompressed_len: u64,
     remaining: u64,
-    stage: Vec<u8>,
     scratch: Vec<u8>,
     out: BytesMut,
     crc: u32,
@@ -554,8 +555,11 @@ impl ChunkedEncoder {
             block_size: options.block_size,
             uncompressed_len,
         };
-        let largest_block = usize::try_from(uncompressed_len)
-            .unwrap_or(usize::MAX)
+        let largest_block = segments
+            .iter()
+            .map(Bytes::len)
+            .max()
+            .unwrap_or(0)
             .min(block_size);
         let scratch = match options.compression {
             Compression::None => Vec::new(),
@@ -564,7 +568,10 @@ impl ChunkedEncoder {
             }
         };
         // Room for a whole chunk, but no more than the largest possible envelope.
-        let blocks = uncompressed_len.div_ceil(block_size as u64);
+        let blocks: u64 = segments
+            .iter()
+            .map(|s| (s.len() as u64).div_ceil(block_size as u64))
+            .sum();
         let bound = (HEADER_LEN as u64 + TRAILER_LEN as u64)
             .saturating_add(blocks.saturating_mul(BLOCK_HEADER_LEN as u64))
             .saturating_add(uncompressed_len);
@@ -579,7 +586,6 @@ impl ChunkedEncoder {
             chunk_size,
             uncompressed_len,
             remaining: uncompressed_len,
-            stage: Vec::new(),
             scratch,
             out,
             crc,
@@ -615,70 +621,48 @@ impl ChunkedEncoder {
         chunk
     }
 
-    /// Takes the next `len` bytes of the message: a slice of one segment when possible,
-    /// otherwise gathered into `stage`.
-    fn take_block(&mut self, len: usize) -> Option<Bytes> {
+    /// The next block of the message: at most `block_size` bytes of the front segment, so
+    /// a block never spans two segments and is compressed in place.
+    fn take_block(&mut self) -> Option<Bytes> {
         while self.segments.front().is_some_and(Bytes::is_empty) {
             self.segments.pop_front();
         }
         let front = self.segments.front_mut()?;
-        if front.len() >= len {
-            return Some(front.split_to(len));
+        let len = front.len().min(self.block_size);
+        let block = front.split_to(len);
+        if front.is_empty() {
+            self.segments.pop_front();
         }
-        self.stage.clear();
-        while self.stage.len() < len {
-            let Some(front) = self.segments.front_mut() else {
-                break;
-            };
-            let n = (len - self.stage.len()).min(front.len());
-            self.stage.extend_from_slice(&front[..n]);
-            bytes::Buf::advance(front, n);
-            if front.is_empty() {
-                self.segments.pop_front();
-            }
-        }
-        None
+        Some(block)
     }
 
     fn write_block(&mut self) {
-        let len = usize::try_from(self.remaining)
-            .unwrap_or(usize::MAX)
-            .min(self.block_size);
-        let direct = self.take_block(len);
-        let input: &[u8] = match &direct {
-            Some(bytes) => bytes,
-            None => &self.stage,
+        let Some(input) = self.take_block() else {
+            // The segments ran dry before the declared length: cannot happen, since the
+            // length is their sum; stop rather than loop.
+            self.remaining = 0;
+            return;
         };
         let start = self.out.len();
         let compressed = match self.compression {
             Compression::None => None,
-            Compression::Lz4Block => match lz4_flex::block::compress_into(input, &mut self.scratch)
-            {
-                Ok(n) if n < input.len() => self.scratch.get(..n),
-                _ => None,
-            },
+            Compression::Lz4Block => {
+                match lz4_flex::block::compress_into(&input, &mut self.scratch) {
+                    Ok(n) if n < input.len() => self.scratch.get(..n),
+                    _ => None,
+                }
+            }
         };
-        match compressed {
-            Some(payload) => {
-                self.out.reserve(BLOCK_HEADER_LEN + payload.len());
-                self.out.put_u32_le(payload.len() as u32);
-                self.out.extend_from_slice(payload);
-            }
-            None => {
-                self.out.reserve(BLOCK_HEADER_LEN + input.len());
-                self.out.put_u32_le(input.len() as u32 | STORED_BIT);
-                self.out.extend_from_slice(input);
-            }
-        }
+        let payload: &[u8] = compressed.unwrap_or(&input);
+        self.out.reserve(BLOCK_HEADER_LEN + payload.len());
+        self.out.put_u32_le(input.len() as u32);
+        let stored = if compressed.is_some() { 0 } else { STORED_BIT };
+        self.out.put_u32_le(payload.len() as u32 | stored);
+        self.out.extend_from_slice(payload);
         if let Some(written) = self.out.get(start..) {
             self.crc = crc32c::crc32c_append(self.crc, written);
         }
-        self.remaining -= input.len() as u64;
-        if input.is_empty() {
-            // The segments ran dry before the declared length: cannot happen, since the
-            // length is their sum; stop rather than loop.
-            self.remaining = 0;
-        }
+        self.remaining = self.remaining.saturating_sub(input.len() as u64);
     }
 }
 
@@ -835,9 +819,11 @@ impl ChunkedDecoder {
                     if !self.gather_small(&mut input, BLOCK_HEADER_LEN) {
                         return Ok(());
                     }
-                    let word = [self.small[0], self.small[1], self.small[2], self.small[3]];
-                    self.crc = crc32c::crc32c_append(self.crc, &word);
-                    self.state = self.block_header(u32::from_le_bytes(word))?;
+                    let s = &self.small;
+                    let len = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                    let word = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
+                    self.crc = crc32c::crc32c_append(self.crc, &self.small[..BLOCK_HEADER_LEN]);
+                    self.state = self.block_header(len, word)?;
                 }
                 DecodeState::Block {
                     stored,
@@ -896,18 +882,23 @@ impl ChunkedDecoder {
         }
     }
 
-    fn block_header(&self, word: u32) -> Result<DecodeState, DecodeError> {
+    fn block_header(&self, len: u32, word: u32) -> Result<DecodeState, DecodeError> {
         let corrupt = |reason| DecodeError::CorruptBlock {
             index: self.block_index,
             reason,
         };
         let header = self.header.ok_or(corrupt("block before header"))?;
-        let len = (self.out.len() - self.out_pos).min(header.block_size as usize);
+        let len = len as usize;
+        if len == 0 || len > header.block_size as usize || len > self.out.len() - self.out_pos {
+            return Err(corrupt("block length out of range"));
+        }
         let stored = word & STORED_BIT != 0;
         let payload_len = (word & !STORED_BIT) as usize;
         if stored {
             if payload_len != len {
-                return Err(corrupt("stored block length does not match the block size"));
+                return Err(corrupt(
+                    "stored block payload length differs from the block length",
+                ));
             }
         } else {
             if header.compression == Compression::None {

@@ -59,12 +59,30 @@ fn wrap(payload: &[u8], block_size: u32) -> Vec<u8> {
     };
     let mut out = header.to_bytes().to_vec();
     for block in payload.chunks(block_size as usize) {
+        out.put_u32_le(block.len() as u32);
         out.put_u32_le(block.len() as u32 | STORED_BIT);
         out.extend_from_slice(block);
     }
     let crc = crc32c::crc32c(&out);
     out.put_u32_le(crc);
     out.extend_from_slice(&TRAILER_MAGIC);
+    out
+}
+
+/// Where each block is: (payload offset, block length, payload length, stored).
+fn blocks(env: &[u8]) -> Vec<(usize, usize, usize, bool)> {
+    let u32_at = |at: usize| u32::from_le_bytes(env[at..at + 4].try_into().unwrap());
+    let total = u64::from_le_bytes(env[12..20].try_into().unwrap()) as usize;
+    let (mut pos, mut done, mut out) = (HEADER_LEN, 0, Vec::new());
+    while done < total {
+        let len = u32_at(pos) as usize;
+        let word = u32_at(pos + 4);
+        let payload_len = (word & !STORED_BIT) as usize;
+        out.push((pos + 8, len, payload_len, word & STORED_BIT != 0));
+        pos += 8 + payload_len;
+        done += len;
+    }
+    assert_eq!(pos + TRAILER_LEN, env.len());
     out
 }
 
@@ -172,11 +190,15 @@ fn compressible_state_shrinks_and_noise_is_stored_not_expanded() {
 
     let random = checkpoint(&[noise(4 << 20)]);
     let env = encode(&random).unwrap();
-    let blocks = (4 << 20) / DEFAULT_BLOCK_SIZE as usize + 1;
-    let bound = (4 << 20) + 200 + HEADER_LEN + TRAILER_LEN + blocks * BLOCK_HEADER_LEN;
+    let block_count = (4 << 20) / DEFAULT_BLOCK_SIZE as usize + 2;
+    let bound = (4 << 20) + 200 + HEADER_LEN + TRAILER_LEN + block_count * BLOCK_HEADER_LEN;
     assert!(env.len() <= bound, "{} > {bound}", env.len());
-    let word = u32::from_le_bytes(env[HEADER_LEN..HEADER_LEN + 4].try_into().unwrap());
-    assert_ne!(word & STORED_BIT, 0, "first block of noise is stored raw");
+    let full: Vec<_> = blocks(&env)
+        .into_iter()
+        .filter(|b| b.1 == DEFAULT_BLOCK_SIZE as usize)
+        .collect();
+    assert_eq!(full.len(), 4, "4 MiB of state in 1 MiB blocks");
+    assert!(full.iter().all(|b| b.3), "blocks of noise are stored raw");
 }
 
 #[test]
@@ -288,9 +310,14 @@ fn body_and_trailer_errors_are_typed() {
         .unwrap()
         .to_vec();
 
+    let stored = blocks(&env)
+        .into_iter()
+        .find(|b| b.3 && b.1 == 1024)
+        .unwrap();
+
     // A flipped payload byte in a stored block: checksum mismatch.
     let mut bad = env.clone();
-    bad[HEADER_LEN + 4 + 100] ^= 0x01;
+    bad[stored.0 + 100] ^= 0x01;
     assert!(matches!(
         decode(&bad),
         Err(DecodeError::ChecksumMismatch { .. })
@@ -310,13 +337,19 @@ fn body_and_trailer_errors_are_typed() {
     bad[last] ^= 0x01;
     assert_eq!(decode(&bad), Err(DecodeError::BadTrailer));
 
-    // A stored block whose length word lies.
-    let mut bad = env.clone();
-    bad[HEADER_LEN] ^= 0x01;
-    assert!(matches!(
-        decode(&bad),
-        Err(DecodeError::CorruptBlock { index: 0, .. })
-    ));
+    // A stored block whose payload length lies, or whose length is out of range.
+    for (at, value) in [
+        (stored.0 - 4, 1023 | STORED_BIT),
+        (stored.0 - 8, 0),
+        (stored.0 - 8, 1025),
+    ] {
+        let mut bad = env.clone();
+        bad[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        assert!(matches!(
+            decode(&bad),
+            Err(DecodeError::CorruptBlock { .. })
+        ));
+    }
 
     let mut long = env.clone();
     long.push(0);
@@ -337,11 +370,10 @@ fn undecompressable_block_with_a_valid_checksum_is_corrupt_block() {
     let mut env = encode(&checkpoint(&[Bytes::from(payload)]))
         .unwrap()
         .to_vec();
-    let word = u32::from_le_bytes(env[HEADER_LEN..HEADER_LEN + 4].try_into().unwrap());
-    assert_eq!(word & STORED_BIT, 0, "the block is compressed");
+    let (start, _, payload_len, stored) = blocks(&env)[0];
+    assert!(!stored, "the block is compressed");
     // Garble the LZ4 tokens, keep the checksum right.
-    let start = HEADER_LEN + 4;
-    for b in &mut env[start..start + (word as usize)] {
+    for b in &mut env[start..start + payload_len] {
         *b = 0xFF;
     }
     reseal(&mut env);
