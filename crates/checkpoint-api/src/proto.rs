@@ -1,0 +1,235 @@
+//! The generated protobuf types (private) and their conversions into the model.
+
+use cdc_core::Lsn;
+
+use crate::model::{
+    Checkpoint, CheckpointId, InvalidCheckpoint, JobName, OperatorState, ProtocolOptions,
+    SinkPosition, SnapshotProgress, SourcePosition, StreamingMode, TableCursor, TableDone,
+    TableRef, Timestamp,
+};
+
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    clippy::all,
+    clippy::pedantic,
+    rust_2018_idioms
+)]
+pub(crate) mod pb {
+    include!(concat!(env!("OUT_DIR"), "/pgcdc.checkpoint.v1.rs"));
+}
+
+/// Field number of `Checkpoint.operators`.
+pub(crate) const CHECKPOINT_OPERATORS_TAG: u32 = 7;
+/// Field number of `OperatorState.state`.
+pub(crate) const OPERATOR_STATE_TAG: u32 = 4;
+
+/// The protobuf form of everything in `cp` except operator state payloads (operators are
+/// listed with empty `state`; the encoder appends the payloads without copying them).
+pub(crate) fn checkpoint_without_operators(cp: &Checkpoint) -> pb::Checkpoint {
+    pb::Checkpoint {
+        format_version: Checkpoint::FORMAT_VERSION,
+        job: cp.job.as_str().to_owned(),
+        id: cp.id.get(),
+        created_unix_micros: cp.created_at.as_unix_micros(),
+        source: Some(source_to_pb(&cp.source)),
+        config_fingerprint: cp.config_fingerprint.clone(),
+        operators: Vec::new(),
+        snapshot: cp.snapshot.as_ref().map(snapshot_to_pb),
+        sinks: cp
+            .sinks
+            .iter()
+            .map(|s| pb::SinkPosition {
+                sink_id: s.sink_id.clone(),
+                position: s.position.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The protobuf form of an operator, without its state payload.
+pub(crate) fn operator_header(op: &OperatorState) -> pb::OperatorState {
+    pb::OperatorState {
+        id: op.id.clone(),
+        kind: op.kind.clone(),
+        state_version: op.state_version,
+        state: bytes::Bytes::new(),
+    }
+}
+
+fn source_to_pb(s: &SourcePosition) -> pb::SourcePosition {
+    let p = &s.protocol;
+    pb::SourcePosition {
+        commit_end_lsn: s.commit_end_lsn.as_u64(),
+        slot: s.slot.clone(),
+        publications: s.publications.clone(),
+        protocol: Some(pb::ProtocolOptions {
+            proto_version: p.proto_version,
+            binary: p.binary,
+            messages: p.messages,
+            streaming: match p.streaming {
+                StreamingMode::Off => pb::StreamingMode::Off,
+                StreamingMode::On => pb::StreamingMode::On,
+                StreamingMode::Parallel => pb::StreamingMode::Parallel,
+            } as i32,
+            two_phase: p.two_phase,
+            origin: p.origin.clone().unwrap_or_default(),
+        }),
+    }
+}
+
+fn table_to_pb(t: &TableRef) -> pb::TableRef {
+    pb::TableRef {
+        schema: t.schema.clone(),
+        name: t.name.clone(),
+    }
+}
+
+fn snapshot_to_pb(s: &SnapshotProgress) -> pb::SnapshotProgress {
+    pb::SnapshotProgress {
+        consistent_point_lsn: s.consistent_point.as_u64(),
+        tables_done: s
+            .tables_done
+            .iter()
+            .map(|t| pb::TableDone {
+                table: Some(table_to_pb(&t.table)),
+                chunks: t.chunks,
+                rows: t.rows,
+            })
+            .collect(),
+        in_progress: s.in_progress.as_ref().map(|c| pb::TableCursor {
+            table: Some(table_to_pb(&c.table)),
+            chunks_done: c.chunks_done,
+            rows_done: c.rows_done,
+            cursor: c.cursor.clone(),
+        }),
+        complete: s.complete,
+    }
+}
+
+impl TryFrom<pb::Checkpoint> for Checkpoint {
+    type Error = InvalidCheckpoint;
+
+    fn try_from(m: pb::Checkpoint) -> Result<Self, Self::Error> {
+        if m.format_version == 0 || m.format_version > Checkpoint::FORMAT_VERSION {
+            return Err(InvalidCheckpoint::UnsupportedFormat {
+                found: m.format_version,
+                supported: Checkpoint::FORMAT_VERSION,
+            });
+        }
+        let job = JobName::new(m.job)?;
+        let id = CheckpointId::new(m.id).ok_or(InvalidCheckpoint::ZeroId)?;
+        let source = m
+            .source
+            .ok_or(InvalidCheckpoint::MissingField { field: "source" })
+            .and_then(SourcePosition::try_from)?;
+        let operators = m
+            .operators
+            .into_iter()
+            .map(|op| OperatorState {
+                id: op.id,
+                kind: op.kind,
+                state_version: op.state_version,
+                state: op.state,
+            })
+            .collect();
+        let snapshot = m.snapshot.map(SnapshotProgress::try_from).transpose()?;
+        let sinks = m
+            .sinks
+            .into_iter()
+            .map(|s| SinkPosition {
+                sink_id: s.sink_id,
+                position: s.position,
+            })
+            .collect();
+        let cp = Checkpoint {
+            job,
+            id,
+            created_at: Timestamp::from_unix_micros(m.created_unix_micros),
+            source,
+            config_fingerprint: m.config_fingerprint,
+            operators,
+            snapshot,
+            sinks,
+        };
+        cp.validate()?;
+        Ok(cp)
+    }
+}
+
+impl TryFrom<pb::SourcePosition> for SourcePosition {
+    type Error = InvalidCheckpoint;
+
+    fn try_from(m: pb::SourcePosition) -> Result<Self, Self::Error> {
+        let p = m.protocol.ok_or(InvalidCheckpoint::MissingField {
+            field: "source.protocol",
+        })?;
+        let streaming = match pb::StreamingMode::try_from(p.streaming) {
+            Ok(pb::StreamingMode::Off) => StreamingMode::Off,
+            Ok(pb::StreamingMode::On) => StreamingMode::On,
+            Ok(pb::StreamingMode::Parallel) => StreamingMode::Parallel,
+            Ok(pb::StreamingMode::Unspecified) | Err(_) => {
+                return Err(InvalidCheckpoint::UnknownEnumValue {
+                    field: "source.protocol.streaming",
+                    value: p.streaming,
+                })
+            }
+        };
+        Ok(SourcePosition {
+            commit_end_lsn: Lsn::from_u64(m.commit_end_lsn),
+            slot: m.slot,
+            publications: m.publications,
+            protocol: ProtocolOptions {
+                proto_version: p.proto_version,
+                binary: p.binary,
+                messages: p.messages,
+                streaming,
+                two_phase: p.two_phase,
+                origin: (!p.origin.is_empty()).then_some(p.origin),
+            },
+        })
+    }
+}
+
+impl TryFrom<pb::SnapshotProgress> for SnapshotProgress {
+    type Error = InvalidCheckpoint;
+
+    fn try_from(m: pb::SnapshotProgress) -> Result<Self, Self::Error> {
+        let table = |t: Option<pb::TableRef>, field: &'static str| {
+            t.map(|t| TableRef {
+                schema: t.schema,
+                name: t.name,
+            })
+            .ok_or(InvalidCheckpoint::MissingField { field })
+        };
+        let tables_done = m
+            .tables_done
+            .into_iter()
+            .map(|t| {
+                Ok(TableDone {
+                    table: table(t.table, "snapshot.tables_done.table")?,
+                    chunks: t.chunks,
+                    rows: t.rows,
+                })
+            })
+            .collect::<Result<_, InvalidCheckpoint>>()?;
+        let in_progress = m
+            .in_progress
+            .map(|c| {
+                Ok::<_, InvalidCheckpoint>(TableCursor {
+                    table: table(c.table, "snapshot.in_progress.table")?,
+                    chunks_done: c.chunks_done,
+                    rows_done: c.rows_done,
+                    cursor: c.cursor,
+                })
+            })
+            .transpose()?;
+        Ok(SnapshotProgress {
+            consistent_point: Lsn::from_u64(m.consistent_point_lsn),
+            tables_done,
+            in_progress,
+            complete: m.complete,
+        })
+    }
+}
