@@ -221,6 +221,7 @@ fn read_marker(child: &mut std::process::Child) -> Result<(PathBuf, u16), String
         seen.push(line.clone());
         // libtest may print "test name ... " before the child's output on the same line.
         if let Some((_, rest)) = line.split_once(ERROR_MARKER) {
+            std::thread::spawn(move || for _ in lines {});
             return Err(rest.trim().to_owned());
         }
         if let Some((_, rest)) = line.split_once(MARKER) {
@@ -307,5 +308,93 @@ async fn child_starts_shared_cluster() {
     }
     if mode == "hang" {
         std::future::pending::<()>().await;
+    }
+}
+
+const BACKEND_MARKER: &str = "PGCDC_CHILD_BACKEND";
+
+/// Runs `child_reports_backend` with `PGCDC_TEST_DATABASE_URL=url`; returns its marker line.
+fn run_url_child(url: &str) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(exe)
+        .args([
+            "--exact",
+            "child_reports_backend",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, "url")
+        .env("PGCDC_TEST_BACKEND", "auto")
+        .env("PGCDC_TEST_DATABASE_URL", url)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    stdout
+        .lines()
+        .find_map(|l| {
+            l.split_once(BACKEND_MARKER)
+                .map(|(_, rest)| rest.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no marker in child output:\n{stdout}"))
+}
+
+#[tokio::test]
+async fn database_url_selects_an_existing_server() {
+    // Point a child process at this process's shared server through the URL.
+    let shared = TestPostgres::shared().await.unwrap();
+    let admin = shared.admin();
+    let url = format!(
+        "postgres://{}@{}:{}/postgres",
+        admin.user(),
+        admin.host(),
+        admin.port()
+    );
+    let url_for_child = url.clone();
+    let line = tokio::task::spawn_blocking(move || run_url_child(&url_for_child))
+        .await
+        .unwrap();
+    let mut parts = line.split_whitespace();
+    assert_eq!(parts.next(), Some("External"), "{line}");
+    assert_eq!(parts.next(), Some(admin.port().to_string().as_str()));
+    let dbname = parts.next().unwrap().to_owned();
+    // The child's database was created on this server.
+    let client = admin.connect().await.unwrap();
+    let n: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_database WHERE datname = $1",
+            &[&dbname],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1, "database {dbname} exists on the shared server");
+}
+
+#[tokio::test]
+async fn database_url_without_logical_wal_is_rejected() {
+    let cluster = LocalCluster::create(ClusterOptions::new().setting("wal_level", "replica"))
+        .await
+        .unwrap();
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port());
+    let line = tokio::task::spawn_blocking(move || run_url_child(&url))
+        .await
+        .unwrap();
+    assert!(line.starts_with("error"), "{line}");
+    assert!(line.contains("wal_level=replica"), "{line}");
+}
+
+/// Helper run in a subprocess by the URL tests; does nothing on its own.
+#[tokio::test]
+#[ignore = "run as a subprocess by the URL tests"]
+async fn child_reports_backend() {
+    if std::env::var(CHILD_ENV).is_err() {
+        return;
+    }
+    match TestPostgres::new_database().await {
+        Ok(db) => {
+            let kind = TestPostgres::shared().await.unwrap().backend();
+            println!("{BACKEND_MARKER} {kind:?} {} {}", db.port(), db.name());
+        }
+        Err(e) => println!("{BACKEND_MARKER} error {e}"),
     }
 }
