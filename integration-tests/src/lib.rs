@@ -64,11 +64,13 @@ mod conn;
 mod docker;
 mod error;
 mod local;
+mod tls;
 mod watchdog;
 
 pub use conn::{ConnectionInfo, TestDatabase};
 pub use error::{HarnessError, Result};
 pub use local::{ClusterOptions, LocalCluster, DEFAULT_SETTINGS, SUPERUSER};
+pub use tls::TestTls;
 
 use tokio::sync::OnceCell;
 

@@ -398,3 +398,112 @@ async fn child_reports_backend() {
         Err(e) => println!("{BACKEND_MARKER} error {e}"),
     }
 }
+
+/// Sends one simple query on a raw connection and collects the data rows' bytes,
+/// failing on an ErrorResponse.
+async fn raw_query(
+    stream: &mut tokio::net::TcpStream,
+    buf: &mut bytes::BytesMut,
+    sql: &str,
+) -> Vec<Vec<u8>> {
+    use postgres_protocol::message::{backend::Message, frontend};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut out = bytes::BytesMut::new();
+    frontend::query(sql, &mut out).unwrap();
+    stream.write_all(&out).await.unwrap();
+    let mut rows = Vec::new();
+    loop {
+        while let Some(message) = Message::parse(buf).unwrap() {
+            match message {
+                Message::DataRow(body) => rows.push(body.buffer().to_vec()),
+                Message::ErrorResponse(_) => panic!("{sql}: server returned an error"),
+                Message::ReadyForQuery(_) => return rows,
+                _ => {}
+            }
+        }
+        assert!(stream.read_buf(buf).await.unwrap() > 0, "connection closed");
+    }
+}
+
+#[tokio::test]
+async fn replication_connections_are_accepted() {
+    use postgres_protocol::message::{backend::Message, frontend};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let db = TestPostgres::new_database().await.unwrap();
+    assert!(db
+        .replication_connection_string()
+        .ends_with("replication=database"));
+    let mut stream = tokio::net::TcpStream::connect((db.host(), db.port()))
+        .await
+        .unwrap();
+    let mut out = bytes::BytesMut::new();
+    frontend::startup_message(
+        [
+            ("user", db.user()),
+            ("database", db.name()),
+            ("replication", "database"),
+        ],
+        &mut out,
+    )
+    .unwrap();
+    stream.write_all(&out).await.unwrap();
+    let mut buf = bytes::BytesMut::new();
+    'startup: loop {
+        while let Some(message) = Message::parse(&mut buf).unwrap() {
+            match message {
+                Message::AuthenticationOk => {}
+                Message::ErrorResponse(_) => panic!("replication connection refused"),
+                Message::ReadyForQuery(_) => break 'startup,
+                _ => {}
+            }
+        }
+        assert!(stream.read_buf(&mut buf).await.unwrap() > 0);
+    }
+    // A walsender in database mode: IDENTIFY_SYSTEM names our database.
+    let rows = raw_query(&mut stream, &mut buf, "IDENTIFY_SYSTEM").await;
+    assert_eq!(rows.len(), 1);
+    let name = db.name().as_bytes();
+    assert!(rows[0].windows(name.len()).any(|w| w == name));
+    let rows = raw_query(
+        &mut stream,
+        &mut buf,
+        "CREATE_REPLICATION_SLOT harness_repl TEMPORARY LOGICAL pgoutput",
+    )
+    .await;
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].windows(12).any(|w| w == b"harness_repl"));
+}
+
+#[tokio::test]
+async fn dedicated_cluster_can_require_tls() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let tls = integration_tests::TestTls::generate().unwrap();
+    assert!(tls.ca_cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+    let cluster = LocalCluster::create(
+        ClusterOptions::new()
+            .tls(&tls)
+            .hba_host_line("hostssl all all 127.0.0.1/32 trust")
+            .hba_host_line("hostssl replication all 127.0.0.1/32 trust"),
+    )
+    .await
+    .unwrap();
+    // Over the socket (always trusted) the server reports TLS on.
+    let socket = cluster.admin().socket_config().unwrap();
+    let (client, conn) = socket.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let ssl: String = client.query_one("SHOW ssl", &[]).await.unwrap().get(0);
+    assert_eq!(ssl, "on");
+    // Plain TCP is refused: only hostssl lines exist.
+    assert!(cluster.admin().connect().await.is_err());
+    // An SSLRequest is answered with 'S' (go ahead with the TLS handshake).
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", cluster.port()))
+        .await
+        .unwrap();
+    let mut request = Vec::new();
+    request.extend_from_slice(&8u32.to_be_bytes());
+    request.extend_from_slice(&80_877_103u32.to_be_bytes());
+    stream.write_all(&request).await.unwrap();
+    assert_eq!(stream.read_u8().await.unwrap(), b'S');
+}
