@@ -786,20 +786,8 @@ fn readme(
                 "- decoding session: `SET logical_decoding_work_mem = '64kB'`"
             );
         }
-        let shown: String = if tags.len() > 60 {
-            let head: String = tags.chars().take(30).collect();
-            let tail: String = tags
-                .chars()
-                .rev()
-                .take(20)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            format!(
-                "{head}…{tail} ({} records; full list in the JSON)",
-                tags.len()
-            )
+        let shown = if tags.len() > 60 {
+            format!("{} ({} records)", run_lengths(tags), tags.len())
         } else {
             tags.clone()
         };
@@ -834,4 +822,21 @@ fn readme(
         }
     }
     r
+}
+
+/// `SRIIIIE` -> `S R I×4 E`: runs of 4 or more of a tag are counted.
+fn run_lengths(tags: &str) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let chars: Vec<char> = tags.chars().collect();
+    let mut i = 0;
+    while let Some(&c) = chars.get(i) {
+        let run = chars[i..].iter().take_while(|&&x| x == c).count();
+        if run >= 4 {
+            parts.push(format!("{c}×{run}"));
+        } else {
+            parts.extend(std::iter::repeat_n(c.to_string(), run));
+        }
+        i += run;
+    }
+    parts.join(" ")
 }
