@@ -168,7 +168,7 @@ impl TestPostgres {
             ("docker", _) => Self::start_docker().await?,
             ("local", _) => Backend::Local(LocalCluster::create(ClusterOptions::new()).await?),
             ("" | "auto", None) => {
-                if docker::docker_reachable() && cfg!(feature = "docker") {
+                if cfg!(feature = "docker") && docker::docker_reachable() {
                     Self::start_docker().await?
                 } else {
                     match LocalCluster::create(ClusterOptions::new()).await {
