@@ -5,14 +5,35 @@
 //! fresh database on it. Tests that restart or reconfigure a server create their
 //! own [`LocalCluster`] instead.
 //!
-//! ```no_run
-//! # async fn f() -> Result<(), integration_tests::HarnessError> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use integration_tests::TestPostgres;
 //!
 //! let db = TestPostgres::new_database().await?;
-//! let client = db.connect().await.unwrap();
-//! let row = client.query_one("SHOW wal_level", &[]).await.unwrap();
+//! let client = db.connect().await?;
+//! let row = client.query_one("SHOW wal_level", &[]).await?;
 //! assert_eq!(row.get::<_, String>(0), "logical");
+//! # Ok(()) }
+//! ```
+//!
+//! A test that restarts its server, or needs TLS or password authentication,
+//! owns a [`LocalCluster`] ([`ClusterOptions`], [`TestTls`]):
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), integration_tests::HarnessError> {
+//! use integration_tests::{ClusterOptions, LocalCluster, TestTls};
+//!
+//! let tls = TestTls::generate()?; // trust tls.ca_cert_pem in the client
+//! let cluster = LocalCluster::create(
+//!     ClusterOptions::new()
+//!         .tls(&tls)
+//!         .hba_host_line("hostssl all all 127.0.0.1/32 trust")
+//!         .hba_host_line("hostssl replication all 127.0.0.1/32 trust"),
+//! )
+//! .await?;
+//! let db = cluster.create_database().await?;
+//! cluster.restart().await?; // same port; `kill()` simulates a crash
 //! # Ok(()) }
 //! ```
 //!
@@ -64,11 +85,13 @@ mod conn;
 mod docker;
 mod error;
 mod local;
+mod tls;
 mod watchdog;
 
 pub use conn::{ConnectionInfo, TestDatabase};
 pub use error::{HarnessError, Result};
 pub use local::{ClusterOptions, LocalCluster, DEFAULT_SETTINGS, SUPERUSER};
+pub use tls::TestTls;
 
 use tokio::sync::OnceCell;
 
@@ -145,7 +168,7 @@ impl TestPostgres {
             ("docker", _) => Self::start_docker().await?,
             ("local", _) => Backend::Local(LocalCluster::create(ClusterOptions::new()).await?),
             ("" | "auto", None) => {
-                if docker::docker_reachable() && cfg!(feature = "docker") {
+                if cfg!(feature = "docker") && docker::docker_reachable() {
                     Self::start_docker().await?
                 } else {
                     match LocalCluster::create(ClusterOptions::new()).await {

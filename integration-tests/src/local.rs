@@ -94,6 +94,16 @@ impl ClusterOptions {
         self
     }
 
+    /// Turns TLS on (`ssl = on`) with `tls`'s server certificate and key. Combine
+    /// with `hostssl` lines from [`hba_host_line`](Self::hba_host_line) to require it.
+    pub fn tls(self, tls: &crate::TestTls) -> Self {
+        self.data_file("server.crt", tls.server_cert_pem.as_bytes())
+            .data_file("server.key", tls.server_key_pem.as_bytes())
+            .setting("ssl", "on")
+            .setting("ssl_cert_file", "'server.crt'")
+            .setting("ssl_key_file", "'server.key'")
+    }
+
     /// Writes a file into the data directory, mode 0600, owned by the server user
     /// (e.g. `server.crt` / `server.key` for `ssl = on`).
     pub fn data_file(mut self, name: impl Into<String>, contents: impl Into<Vec<u8>>) -> Self {

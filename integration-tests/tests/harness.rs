@@ -221,6 +221,7 @@ fn read_marker(child: &mut std::process::Child) -> Result<(PathBuf, u16), String
         seen.push(line.clone());
         // libtest may print "test name ... " before the child's output on the same line.
         if let Some((_, rest)) = line.split_once(ERROR_MARKER) {
+            std::thread::spawn(move || for _ in lines {});
             return Err(rest.trim().to_owned());
         }
         if let Some((_, rest)) = line.split_once(MARKER) {
@@ -308,4 +309,201 @@ async fn child_starts_shared_cluster() {
     if mode == "hang" {
         std::future::pending::<()>().await;
     }
+}
+
+const BACKEND_MARKER: &str = "PGCDC_CHILD_BACKEND";
+
+/// Runs `child_reports_backend` with `PGCDC_TEST_DATABASE_URL=url`; returns its marker line.
+fn run_url_child(url: &str) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(exe)
+        .args([
+            "--exact",
+            "child_reports_backend",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, "url")
+        .env("PGCDC_TEST_BACKEND", "auto")
+        .env("PGCDC_TEST_DATABASE_URL", url)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    stdout
+        .lines()
+        .find_map(|l| {
+            l.split_once(BACKEND_MARKER)
+                .map(|(_, rest)| rest.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no marker in child output:\n{stdout}"))
+}
+
+#[tokio::test]
+async fn database_url_selects_an_existing_server() {
+    // Point a child process at this process's shared server through the URL.
+    let shared = TestPostgres::shared().await.unwrap();
+    let admin = shared.admin();
+    let url = format!(
+        "postgres://{}@{}:{}/postgres",
+        admin.user(),
+        admin.host(),
+        admin.port()
+    );
+    let url_for_child = url.clone();
+    let line = tokio::task::spawn_blocking(move || run_url_child(&url_for_child))
+        .await
+        .unwrap();
+    let mut parts = line.split_whitespace();
+    assert_eq!(parts.next(), Some("External"), "{line}");
+    assert_eq!(parts.next(), Some(admin.port().to_string().as_str()));
+    let dbname = parts.next().unwrap().to_owned();
+    // The child's database was created on this server.
+    let client = admin.connect().await.unwrap();
+    let n: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_database WHERE datname = $1",
+            &[&dbname],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1, "database {dbname} exists on the shared server");
+}
+
+#[tokio::test]
+async fn database_url_without_logical_wal_is_rejected() {
+    let cluster = LocalCluster::create(ClusterOptions::new().setting("wal_level", "replica"))
+        .await
+        .unwrap();
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port());
+    let line = tokio::task::spawn_blocking(move || run_url_child(&url))
+        .await
+        .unwrap();
+    assert!(line.starts_with("error"), "{line}");
+    assert!(line.contains("wal_level=replica"), "{line}");
+}
+
+/// Helper run in a subprocess by the URL tests; does nothing on its own.
+#[tokio::test]
+#[ignore = "run as a subprocess by the URL tests"]
+async fn child_reports_backend() {
+    if std::env::var(CHILD_ENV).is_err() {
+        return;
+    }
+    match TestPostgres::new_database().await {
+        Ok(db) => {
+            let kind = TestPostgres::shared().await.unwrap().backend();
+            println!("{BACKEND_MARKER} {kind:?} {} {}", db.port(), db.name());
+        }
+        Err(e) => println!("{BACKEND_MARKER} error {e}"),
+    }
+}
+
+/// Sends one simple query on a raw connection and collects the data rows' bytes,
+/// failing on an ErrorResponse.
+async fn raw_query(
+    stream: &mut tokio::net::TcpStream,
+    buf: &mut bytes::BytesMut,
+    sql: &str,
+) -> Vec<Vec<u8>> {
+    use postgres_protocol::message::{backend::Message, frontend};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut out = bytes::BytesMut::new();
+    frontend::query(sql, &mut out).unwrap();
+    stream.write_all(&out).await.unwrap();
+    let mut rows = Vec::new();
+    loop {
+        while let Some(message) = Message::parse(buf).unwrap() {
+            match message {
+                Message::DataRow(body) => rows.push(body.buffer().to_vec()),
+                Message::ErrorResponse(_) => panic!("{sql}: server returned an error"),
+                Message::ReadyForQuery(_) => return rows,
+                _ => {}
+            }
+        }
+        assert!(stream.read_buf(buf).await.unwrap() > 0, "connection closed");
+    }
+}
+
+#[tokio::test]
+async fn replication_connections_are_accepted() {
+    use postgres_protocol::message::{backend::Message, frontend};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let db = TestPostgres::new_database().await.unwrap();
+    assert!(db
+        .replication_connection_string()
+        .ends_with("replication=database"));
+    let mut stream = tokio::net::TcpStream::connect((db.host(), db.port()))
+        .await
+        .unwrap();
+    let mut out = bytes::BytesMut::new();
+    frontend::startup_message(
+        [
+            ("user", db.user()),
+            ("database", db.name()),
+            ("replication", "database"),
+        ],
+        &mut out,
+    )
+    .unwrap();
+    stream.write_all(&out).await.unwrap();
+    let mut buf = bytes::BytesMut::new();
+    'startup: loop {
+        while let Some(message) = Message::parse(&mut buf).unwrap() {
+            match message {
+                Message::AuthenticationOk => {}
+                Message::ErrorResponse(_) => panic!("replication connection refused"),
+                Message::ReadyForQuery(_) => break 'startup,
+                _ => {}
+            }
+        }
+        assert!(stream.read_buf(&mut buf).await.unwrap() > 0);
+    }
+    // A walsender in database mode: IDENTIFY_SYSTEM names our database.
+    let rows = raw_query(&mut stream, &mut buf, "IDENTIFY_SYSTEM").await;
+    assert_eq!(rows.len(), 1);
+    let name = db.name().as_bytes();
+    assert!(rows[0].windows(name.len()).any(|w| w == name));
+    let rows = raw_query(
+        &mut stream,
+        &mut buf,
+        "CREATE_REPLICATION_SLOT harness_repl TEMPORARY LOGICAL pgoutput",
+    )
+    .await;
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].windows(12).any(|w| w == b"harness_repl"));
+}
+
+#[tokio::test]
+async fn dedicated_cluster_can_require_tls() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let tls = integration_tests::TestTls::generate().unwrap();
+    assert!(tls.ca_cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+    let cluster = LocalCluster::create(
+        ClusterOptions::new()
+            .tls(&tls)
+            .hba_host_line("hostssl all all 127.0.0.1/32 trust")
+            .hba_host_line("hostssl replication all 127.0.0.1/32 trust"),
+    )
+    .await
+    .unwrap();
+    // Over the socket (always trusted) the server reports TLS on.
+    let socket = cluster.admin().socket_config().unwrap();
+    let (client, conn) = socket.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let ssl: String = client.query_one("SHOW ssl", &[]).await.unwrap().get(0);
+    assert_eq!(ssl, "on");
+    // Plain TCP is refused: only hostssl lines exist.
+    assert!(cluster.admin().connect().await.is_err());
+    // An SSLRequest is answered with 'S' (go ahead with the TLS handshake).
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", cluster.port()))
+        .await
+        .unwrap();
+    let mut request = Vec::new();
+    request.extend_from_slice(&8u32.to_be_bytes());
+    request.extend_from_slice(&80_877_103u32.to_be_bytes());
+    stream.write_all(&request).await.unwrap();
+    assert_eq!(stream.read_u8().await.unwrap(), b'S');
 }
