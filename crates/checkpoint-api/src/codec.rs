@@ -30,7 +30,7 @@
 //! not an expansion. The CRC32C is computed incrementally as blocks are produced or consumed.
 //!
 //! Operator state payloads are never copied into a protobuf buffer: the encoder writes the
-//! small protobuf parts itself and feeds the payload [`Bytes`](bytes::Bytes) straight to the
+//! small protobuf parts itself and feeds the payload [`Bytes`] straight to the
 //! compressor; the decoder decompresses into one buffer and the decoded state payloads are
 //! slices of it (no further copy).
 
@@ -564,7 +564,7 @@ impl ChunkedEncoder {
         let scratch = match options.compression {
             Compression::None => Vec::new(),
             Compression::Lz4Block => {
-                vec![0u8; lz4_flex::block::get_maximum_output_size(largest_block)]
+                take_scratch(lz4_flex::block::get_maximum_output_size(largest_block))
             }
         };
         // Room for a whole chunk, but no more than the largest possible envelope.
@@ -663,6 +663,50 @@ impl ChunkedEncoder {
             self.crc = crc32c::crc32c_append(self.crc, written);
         }
         self.remaining = self.remaining.saturating_sub(input.len() as u64);
+    }
+}
+
+thread_local! {
+    /// The LZ4 output buffer of the last encoder dropped on this thread. Reusing it spares
+    /// each checkpoint a fresh, page-faulting allocation of about one block.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Largest scratch buffer kept for reuse per thread (that of a default-size block).
+const SCRATCH_KEEP_MAX: usize =
+    lz4_flex::block::get_maximum_output_size(DEFAULT_BLOCK_SIZE as usize);
+
+/// A zero-filled buffer of `len` bytes, reusing this thread's cached one when large enough.
+fn take_scratch(len: usize) -> Vec<u8> {
+    let cached = SCRATCH
+        .try_with(|s| {
+            s.try_borrow_mut()
+                .map(|mut s| std::mem::take(&mut *s))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    if cached.len() >= len {
+        // Longer than needed is fine, and its contents are left over from an earlier block:
+        // LZ4 writes before it reads, and only what it wrote is used.
+        cached
+    } else {
+        vec![0u8; len]
+    }
+}
+
+impl Drop for ChunkedEncoder {
+    fn drop(&mut self) {
+        let scratch = std::mem::take(&mut self.scratch);
+        if scratch.is_empty() || scratch.len() > SCRATCH_KEEP_MAX {
+            return;
+        }
+        let _ = SCRATCH.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                if s.len() < scratch.len() {
+                    *s = scratch;
+                }
+            }
+        });
     }
 }
 
