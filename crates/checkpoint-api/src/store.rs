@@ -172,7 +172,9 @@ pub struct Latest {
 ///   every newer one it skipped and why. Reads never fail because one checkpoint is corrupt;
 ///   only [`load`](Self::load) of that id reports [`CheckpointError::Corrupt`]. Any other
 ///   failure (e.g. the database is unreachable) is an error of `latest`, never a skip: a
-///   checkpoint is skipped only when its bytes are known to be bad.
+///   checkpoint is skipped only when its bytes are known to be bad. A skipped checkpoint
+///   still counts for the rules above: a runtime that resumes from an older checkpoint
+///   deletes the skipped ones before it saves a position below theirs.
 /// * **Listing is in id order**, oldest first, and includes corrupt checkpoints (their
 ///   metadata are intact).
 ///
