@@ -85,8 +85,8 @@
 //!
 //! # Feature flags
 //!
-//! * `testkit` (off by default): [`testkit::MemoryStore`], an in-memory
-//!   [`CheckpointStore`], and [`testkit::conformance`], the suite every backend runs with
+//! * `testkit` (off by default): `testkit::MemoryStore`, an in-memory
+//!   [`CheckpointStore`], and `testkit::conformance`, the suite every backend runs with
 //!   `conformance::run_all(&factory).await`. It adds no dependency and no async runtime: the
 //!   suite only awaits the store, so it runs under any executor.
 #![forbid(unsafe_code)]

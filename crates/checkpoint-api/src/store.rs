@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use cdc_core::Lsn;
 
 use crate::codec::DecodeError;
-use crate::error::CheckpointError;
+use crate::error::{CheckpointError, CorruptKind};
 use crate::model::{
     check_name, Checkpoint, CheckpointId, InvalidCheckpoint, JobName, NameKind, Timestamp,
 };
@@ -130,13 +130,13 @@ pub struct StoredCheckpoint {
     pub checkpoint: Checkpoint,
 }
 
-/// A checkpoint [`CheckpointStore::latest`] passed over because it could not be read.
+/// A checkpoint [`CheckpointStore::latest`] passed over because it is corrupt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkippedCheckpoint {
     /// Its metadata.
     pub meta: CheckpointMeta,
-    /// Why it was skipped.
-    pub reason: String,
+    /// Why it is corrupt.
+    pub reason: CorruptKind,
 }
 
 /// The answer of [`CheckpointStore::latest`].
@@ -170,7 +170,11 @@ pub struct Latest {
 /// * **`latest` tolerates a corrupt newest checkpoint.** [`latest`](Self::latest) returns
 ///   the newest checkpoint that decodes and whose content matches its metadata, and lists
 ///   every newer one it skipped and why. Reads never fail because one checkpoint is corrupt;
-///   only [`load`](Self::load) of that id reports [`CheckpointError::Corrupt`].
+///   only [`load`](Self::load) of that id reports [`CheckpointError::Corrupt`]. Any other
+///   failure (e.g. the database is unreachable) is an error of `latest`, never a skip: a
+///   checkpoint is skipped only when its bytes are known to be bad. A skipped checkpoint
+///   still counts for the rules above: a runtime that resumes from an older checkpoint
+///   deletes the skipped ones before it saves a position below theirs.
 /// * **Listing is in id order**, oldest first, and includes corrupt checkpoints (their
 ///   metadata are intact).
 ///
@@ -222,7 +226,7 @@ pub fn verify_decoded(
     };
     let checkpoint = decoded.map_err(|e| corrupt(e.into()))?;
     if !meta.describes(&checkpoint) {
-        return Err(corrupt(crate::error::CorruptKind::Mismatch {
+        return Err(corrupt(CorruptKind::Mismatch {
             found_job: checkpoint.job.clone(),
             found_id: checkpoint.id,
         }));

@@ -231,3 +231,14 @@ async fn the_suite_catches_broken_stores() {
         .unwrap_err();
     assert!(failure.message.contains("[1, 2, 5]"), "{failure}");
 }
+
+#[test]
+fn suite_futures_are_send() {
+    // So a backend can run the suite inside `tokio::spawn` or any multi-threaded executor.
+    fn assert_send<F: std::future::Future + Send>(f: F) -> F {
+        f
+    }
+    let factory = MemoryFactory::default();
+    drop(assert_send(conformance::run_all(&factory)));
+    drop(assert_send(conformance::large_state_256mib(&factory)));
+}

@@ -281,10 +281,13 @@ impl CheckpointStore for MemoryStore {
                     });
                     break;
                 }
-                Err(e) => latest.skipped.push(SkippedCheckpoint {
-                    meta: stored.meta,
-                    reason: e.to_string(),
-                }),
+                Err(CheckpointError::Corrupt { source, .. }) => {
+                    latest.skipped.push(SkippedCheckpoint {
+                        meta: stored.meta,
+                        reason: source,
+                    })
+                }
+                Err(other) => return Err(other),
             }
         }
         Ok(latest)
