@@ -56,4 +56,7 @@
 //! None.
 #![forbid(unsafe_code)]
 
+pub mod encoding;
+pub mod event;
 pub mod replication;
+pub mod sinks;

@@ -1,0 +1,164 @@
+//! Low-level JSON writing into a `Vec<u8>`: strings, numbers, base64.
+
+use std::fmt;
+use std::io::Write as _;
+
+/// Appends `s` as a JSON string (quoted, escaped).
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    write_escaped(out, s);
+    out.push(b'"');
+}
+
+/// Appends `s` escaped for a JSON string, without quotes.
+pub(crate) fn write_escaped(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0..=0x1f => &[],
+            _ => continue,
+        };
+        out.extend_from_slice(bytes.get(start..i).unwrap_or_default());
+        if esc.is_empty() {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(b >> 4)]);
+            out.push(HEX[usize::from(b & 0xf)]);
+        } else {
+            out.extend_from_slice(esc);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(bytes.get(start..).unwrap_or_default());
+}
+
+/// Appends the `Display` text of `v` as a JSON string. The texts this crate
+/// displays (dates, addresses, LSNs) never need escaping, but they are escaped
+/// anyway through a small stack buffer when they might.
+pub(crate) fn write_display_str(out: &mut Vec<u8>, v: impl fmt::Display) {
+    out.push(b'"');
+    let start = out.len();
+    let _ = write!(out, "{v}");
+    if out
+        .get(start..)
+        .is_some_and(|t| t.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20))
+    {
+        let text = out.split_off(start);
+        write_escaped(out, &String::from_utf8_lossy(&text));
+    }
+    out.push(b'"');
+}
+
+/// Appends `v` as a bare JSON number (integers only).
+pub(crate) fn write_int(out: &mut Vec<u8>, v: impl Into<i128>) {
+    let _ = write!(out, "{}", v.into());
+}
+
+/// Appends an `f64` as a JSON number, or `"NaN"`, `"Infinity"`, `"-Infinity"`.
+pub(crate) fn write_f64(out: &mut Vec<u8>, v: f64) {
+    if v.is_nan() {
+        out.extend_from_slice(b"\"NaN\"");
+    } else if v == f64::INFINITY {
+        out.extend_from_slice(b"\"Infinity\"");
+    } else if v == f64::NEG_INFINITY {
+        out.extend_from_slice(b"\"-Infinity\"");
+    } else {
+        let _ = write!(out, "{v}");
+    }
+}
+
+/// Appends an `f32` as a JSON number (its shortest decimal form), or a string
+/// for NaN and infinities.
+pub(crate) fn write_f32(out: &mut Vec<u8>, v: f32) {
+    if v.is_finite() {
+        let _ = write!(out, "{v}");
+    } else {
+        write_f64(out, f64::from(v));
+    }
+}
+
+/// Appends `bytes` as a JSON string in standard base64 (with padding).
+pub(crate) fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let sym = |v: u32| ALPHABET[(v & 63) as usize];
+    out.push(b'"');
+    out.reserve(bytes.len().div_ceil(3) * 4 + 1);
+    let mut chunks = bytes.chunks_exact(3);
+    for c in &mut chunks {
+        let n = (u32::from(c[0]) << 16) | (u32::from(c[1]) << 8) | u32::from(c[2]);
+        out.extend_from_slice(&[sym(n >> 18), sym(n >> 12), sym(n >> 6), sym(n)]);
+    }
+    match *chunks.remainder() {
+        [a] => {
+            let n = u32::from(a) << 16;
+            out.extend_from_slice(&[sym(n >> 18), sym(n >> 12), b'=', b'=']);
+        }
+        [a, b] => {
+            let n = (u32::from(a) << 16) | (u32::from(b) << 8);
+            out.extend_from_slice(&[sym(n >> 18), sym(n >> 12), sym(n >> 6), b'=']);
+        }
+        _ => {}
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(f: impl FnOnce(&mut Vec<u8>)) -> String {
+        let mut v = Vec::new();
+        f(&mut v);
+        String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn escapes_like_serde_json() {
+        for text in [
+            "plain",
+            "a\"b\\c",
+            "line\nbreak\ttab\r",
+            "\u{1}\u{1f}\u{7f}",
+            "é€😀",
+            "",
+        ] {
+            let ours = s(|o| write_str(o, text));
+            assert_eq!(ours, serde_json::to_string(text).unwrap(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (raw, enc) in cases {
+            assert_eq!(s(|o| write_base64(o, raw.as_bytes())), format!("\"{enc}\""));
+        }
+        assert_eq!(s(|o| write_base64(o, &[0xff, 0xfe, 0x00])), "\"//4A\"");
+    }
+
+    #[test]
+    fn floats() {
+        assert_eq!(s(|o| write_f64(o, f64::NAN)), "\"NaN\"");
+        assert_eq!(s(|o| write_f64(o, f64::NEG_INFINITY)), "\"-Infinity\"");
+        assert_eq!(s(|o| write_f32(o, f32::INFINITY)), "\"Infinity\"");
+        assert_eq!(s(|o| write_f32(o, 0.1)), "0.1");
+        let big = s(|o| write_f64(o, 1e300));
+        assert_eq!(serde_json::from_str::<f64>(&big).unwrap(), 1e300);
+    }
+}

@@ -1,0 +1,383 @@
+//! [`TxnEvent`] -> [`ChangeEvent`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cdc_core::pgoutput::Relation;
+use cdc_core::{
+    decode_binary, decode_text, Change, Lsn, Oid, PgTimestamp, RelationCache, TupleData,
+    TupleValue, TxnEvent, TxnKind, Value, ValueError, Xid,
+};
+
+use super::{ChangeEvent, MessagePayload, Operation, RowValues, SourceInfo, TableSchema};
+
+/// Why a transaction event could not be converted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConvertError {
+    /// A change arrived outside a transaction (no Begin before it).
+    #[error("{what} outside a transaction")]
+    NoTransaction {
+        /// The kind of event.
+        what: &'static str,
+    },
+    /// A Begin arrived while a transaction was open.
+    #[error("Begin of xid {xid} while xid {open_xid} is open")]
+    NestedBegin {
+        /// Xid of the new Begin.
+        xid: Xid,
+        /// Xid of the open transaction.
+        open_xid: Xid,
+    },
+    /// Two-phase transactions (prepare / commit prepared) are not supported.
+    #[error("two-phase transactions are not supported (disable two_phase on the slot)")]
+    TwoPhaseUnsupported,
+    /// A Truncate named a relation no Relation message described.
+    #[error("unknown relation oid {oid}")]
+    UnknownRelation {
+        /// The relation OID.
+        oid: Oid,
+    },
+    /// A row had a different number of columns than its relation.
+    #[error("{schema}.{table}: row has {got} columns, relation has {expected}")]
+    ColumnCount {
+        /// Schema name.
+        schema: Arc<str>,
+        /// Table name.
+        table: Arc<str>,
+        /// Columns in the Relation message.
+        expected: usize,
+        /// Columns in the row.
+        got: usize,
+    },
+    /// A column value did not decode as its type.
+    #[error("{schema}.{table}.{column}: {source}")]
+    Value {
+        /// Schema name.
+        schema: Arc<str>,
+        /// Table name.
+        table: Arc<str>,
+        /// Column name.
+        column: Arc<str>,
+        /// The decoding error.
+        #[source]
+        source: ValueError,
+    },
+    /// More than `u32::MAX` events in one transaction.
+    #[error("more than 4294967295 events in transaction {xid}")]
+    TooManyEvents {
+        /// The transaction.
+        xid: Xid,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct OpenTxn {
+    xid: Xid,
+    commit_lsn: Lsn,
+    commit_time: PgTimestamp,
+    next_index: u32,
+}
+
+/// Converts the event stream of a [`TxnAssembler`](cdc_core::TxnAssembler)
+/// into [`ChangeEvent`]s.
+///
+/// Feed it every [`TxnEvent`] in order. It tracks the open transaction (for
+/// commit LSN, xid, time and the per-transaction event index) and caches one
+/// [`TableSchema`] per relation, rebuilt only when a new Relation message
+/// replaces the cached one, so events share column names.
+///
+/// ```
+/// use cdc_core::pgoutput::{Column, Insert, Relation, ReplicaIdentity};
+/// use cdc_core::{types, Change, Lsn, PgTimestamp, RelationCache, TupleData, TupleValue,
+///     TxnBegin, TxnEvent, TxnKind, Value};
+/// use cdc_runtime::event::{EventConverter, Operation};
+///
+/// let mut cache = RelationCache::new();
+/// let rel = cache.insert_relation(Relation {
+///     xid: None, oid: 16384, namespace: "public".into(), name: "t".into(),
+///     replica_identity: ReplicaIdentity::Default,
+///     columns: vec![Column { flags: 1, name: "id".into(), type_oid: types::INT4, type_modifier: -1 }],
+/// });
+/// let mut conv = EventConverter::new("app", "pgcdc_slot");
+/// let mut out = Vec::new();
+/// let begin = TxnBegin { xid: 7, final_lsn: Lsn::from_u64(0x100),
+///     timestamp: PgTimestamp::EPOCH, kind: TxnKind::Plain };
+/// conv.handle(&TxnEvent::Begin(begin), &cache, None, &mut out)?;
+/// let new = TupleData::from_values(&[TupleValue::Text(b"42")]).unwrap();
+/// let insert = Change::Insert(rel, Insert { xid: None, relation: 16384, new });
+/// conv.handle(&TxnEvent::Change(insert), &cache, None, &mut out)?;
+/// assert_eq!(out[0].op, Operation::Create);
+/// assert_eq!(out[0].after.as_deref(), Some(&[Value::Int4(42)][..]));
+/// assert_eq!(out[0].source.commit_lsn, Lsn::from_u64(0x100));
+/// # Ok::<(), cdc_runtime::event::ConvertError>(())
+/// ```
+#[derive(Debug)]
+pub struct EventConverter {
+    database: Arc<str>,
+    slot: Arc<str>,
+    open: Option<OpenTxn>,
+    schemas: HashMap<Oid, (Arc<Relation<'static>>, Arc<TableSchema>)>,
+}
+
+impl EventConverter {
+    /// A converter for events of `database`, read through `slot`.
+    pub fn new(database: impl Into<Arc<str>>, slot: impl Into<Arc<str>>) -> Self {
+        EventConverter {
+            database: database.into(),
+            slot: slot.into(),
+            open: None,
+            schemas: HashMap::new(),
+        }
+    }
+
+    /// Forgets the open transaction (after a reconnect: the server resends it).
+    pub fn reset(&mut self) {
+        self.open = None;
+    }
+
+    /// The xid of the open transaction, if any.
+    pub fn open_transaction(&self) -> Option<Xid> {
+        self.open.map(|o| o.xid)
+    }
+
+    /// Converts one event, appending the change events it yields to `out`
+    /// (none for Begin/Commit/Origin, one per row change or message, one per
+    /// table of a Truncate). Returns how many were appended.
+    ///
+    /// `lsn` is the WAL position of the change (the XLogData's `wal_start`),
+    /// if known; `relations` resolves the tables of a Truncate.
+    pub fn handle(
+        &mut self,
+        event: &TxnEvent<'_>,
+        relations: &RelationCache,
+        lsn: Option<Lsn>,
+        out: &mut Vec<ChangeEvent>,
+    ) -> Result<usize, ConvertError> {
+        match event {
+            TxnEvent::Begin(b) => {
+                if matches!(b.kind, TxnKind::Prepared | TxnKind::StreamedPrepared) {
+                    return Err(ConvertError::TwoPhaseUnsupported);
+                }
+                if let Some(open) = self.open {
+                    return Err(ConvertError::NestedBegin {
+                        xid: b.xid,
+                        open_xid: open.xid,
+                    });
+                }
+                self.open = Some(OpenTxn {
+                    xid: b.xid,
+                    commit_lsn: b.final_lsn,
+                    commit_time: b.timestamp,
+                    next_index: 0,
+                });
+                Ok(0)
+            }
+            TxnEvent::Commit(_) => {
+                if self.open.take().is_none() {
+                    return Err(ConvertError::NoTransaction { what: "Commit" });
+                }
+                Ok(0)
+            }
+            TxnEvent::Origin(_) => Ok(0),
+            TxnEvent::Prepare(_) | TxnEvent::CommitPrepared(_) | TxnEvent::RollbackPrepared(_) => {
+                Err(ConvertError::TwoPhaseUnsupported)
+            }
+            TxnEvent::Message(m) => {
+                // A non-transactional message: its own position, no commit.
+                let source = SourceInfo {
+                    commit_lsn: m.lsn,
+                    lsn: m.lsn,
+                    xid: m.xid.unwrap_or(0),
+                    commit_time: None,
+                    database: self.database.clone(),
+                    slot: self.slot.clone(),
+                };
+                out.push(ChangeEvent {
+                    op: Operation::Message,
+                    table: None,
+                    before: None,
+                    after: None,
+                    message: Some(MessagePayload {
+                        transactional: m.transactional,
+                        prefix: m.prefix.to_string(),
+                        content: m.content.to_vec(),
+                    }),
+                    source,
+                    index: 0,
+                });
+                Ok(1)
+            }
+            TxnEvent::Change(change) => self.change(change, relations, lsn, out),
+        }
+    }
+
+    fn change(
+        &mut self,
+        change: &Change<'_>,
+        relations: &RelationCache,
+        lsn: Option<Lsn>,
+        out: &mut Vec<ChangeEvent>,
+    ) -> Result<usize, ConvertError> {
+        let what = match change {
+            Change::Insert(..) => "Insert",
+            Change::Update(..) => "Update",
+            Change::Delete(..) => "Delete",
+            Change::Truncate(_) => "Truncate",
+            Change::Message(_) => "Message",
+        };
+        let open = self.open.ok_or(ConvertError::NoTransaction { what })?;
+        let source = SourceInfo {
+            commit_lsn: open.commit_lsn,
+            lsn: lsn.unwrap_or(open.commit_lsn),
+            xid: open.xid,
+            commit_time: Some(open.commit_time),
+            database: self.database.clone(),
+            slot: self.slot.clone(),
+        };
+        let start = out.len();
+        match change {
+            Change::Insert(rel, m) => {
+                let table = self.schema(rel);
+                let after = decode_row(&table, &m.new)?;
+                out.push(row_event(
+                    Operation::Create,
+                    table,
+                    None,
+                    Some(after),
+                    source,
+                ));
+            }
+            Change::Update(rel, m) => {
+                let table = self.schema(rel);
+                let before = match &m.old {
+                    Some(old) => Some(decode_row(&table, old.tuple())?),
+                    None => None,
+                };
+                let after = decode_row(&table, &m.new)?;
+                out.push(row_event(
+                    Operation::Update,
+                    table,
+                    before,
+                    Some(after),
+                    source,
+                ));
+            }
+            Change::Delete(rel, m) => {
+                let table = self.schema(rel);
+                let before = decode_row(&table, m.old.tuple())?;
+                out.push(row_event(
+                    Operation::Delete,
+                    table,
+                    Some(before),
+                    None,
+                    source,
+                ));
+            }
+            Change::Truncate(m) => {
+                for &oid in &m.relations {
+                    let rel = relations
+                        .relation(oid)
+                        .ok_or(ConvertError::UnknownRelation { oid })?;
+                    let table = self.schema(rel);
+                    out.push(row_event(
+                        Operation::Truncate,
+                        table,
+                        None,
+                        None,
+                        source.clone(),
+                    ));
+                }
+            }
+            Change::Message(m) => out.push(ChangeEvent {
+                op: Operation::Message,
+                table: None,
+                before: None,
+                after: None,
+                message: Some(MessagePayload {
+                    transactional: m.transactional,
+                    prefix: m.prefix.to_string(),
+                    content: m.content.to_vec(),
+                }),
+                source: SourceInfo {
+                    lsn: lsn.unwrap_or(m.lsn),
+                    ..source
+                },
+                index: 0,
+            }),
+        }
+        // Number the new events within the transaction.
+        let mut next = open.next_index;
+        for ev in out.iter_mut().skip(start) {
+            ev.index = next;
+            next = next
+                .checked_add(1)
+                .ok_or(ConvertError::TooManyEvents { xid: open.xid })?;
+        }
+        if let Some(o) = self.open.as_mut() {
+            o.next_index = next;
+        }
+        Ok(out.len() - start)
+    }
+
+    /// The shared schema of `rel`, rebuilt only when the relation changed.
+    fn schema(&mut self, rel: &Arc<Relation<'static>>) -> Arc<TableSchema> {
+        if let Some((cached, schema)) = self.schemas.get(&rel.oid) {
+            if Arc::ptr_eq(cached, rel) || **cached == **rel {
+                return schema.clone();
+            }
+        }
+        let schema = Arc::new(TableSchema::from_relation(rel));
+        self.schemas.insert(rel.oid, (rel.clone(), schema.clone()));
+        schema
+    }
+}
+
+fn row_event(
+    op: Operation,
+    table: Arc<TableSchema>,
+    before: Option<RowValues>,
+    after: Option<RowValues>,
+    source: SourceInfo,
+) -> ChangeEvent {
+    ChangeEvent {
+        op,
+        table: Some(table),
+        before,
+        after,
+        message: None,
+        source,
+        index: 0,
+    }
+}
+
+/// Decodes every column of `tuple` by the type of its column in `table`.
+pub(crate) fn decode_row(
+    table: &TableSchema,
+    tuple: &TupleData<'_>,
+) -> Result<RowValues, ConvertError> {
+    if tuple.len() != table.columns.len() {
+        return Err(ConvertError::ColumnCount {
+            schema: table.schema.clone(),
+            table: table.table.clone(),
+            expected: table.columns.len(),
+            got: tuple.len(),
+        });
+    }
+    let mut row = Vec::with_capacity(tuple.len());
+    for (col, tv) in table.columns.iter().zip(tuple.iter()) {
+        let decoded = match tv {
+            TupleValue::Null => Ok(Value::Null),
+            TupleValue::UnchangedToast => Ok(Value::UnchangedToast),
+            TupleValue::Text(raw) => decode_text(col.type_oid, raw).map(Value::into_owned),
+            TupleValue::Binary(raw) => decode_binary(col.type_oid, raw).map(Value::into_owned),
+        };
+        row.push(decoded.map_err(|source| ConvertError::Value {
+            schema: table.schema.clone(),
+            table: table.table.clone(),
+            column: col.name.clone(),
+            source,
+        })?);
+    }
+    Ok(row)
+}

@@ -1,0 +1,222 @@
+//! Change events: owned, typed rows with their source metadata.
+//!
+//! A [`ChangeEvent`] is what sinks consume. It owns its data (`'static`), so it
+//! can cross tokio tasks and channels. Column names are shared: every event of
+//! a table points at the same [`TableSchema`] (`Arc`), built once per relation
+//! message, so an event carries only its values.
+//!
+//! [`EventConverter`] turns the [`TxnEvent`]s of cdc-core's
+//! [`TxnAssembler`](cdc_core::TxnAssembler) into change events, decoding each
+//! column by its type OID (text or binary form).
+//!
+//! # Positions
+//!
+//! * `commit_lsn`: the LSN of the transaction's commit record (pgoutput's
+//!   `final_lsn` in Begin, equal to the Commit's `commit_lsn`).
+//! * `lsn`: where the change itself is in the WAL (the `wal_start` of the
+//!   XLogData that carried it), if the caller knows it; otherwise the commit LSN.
+//! * `index`: the 0-based position of the event within its transaction. The
+//!   pair `(commit_lsn, index)` identifies an event, so a consumer can drop
+//!   events replayed after a restart.
+
+mod convert;
+
+use std::sync::Arc;
+
+use cdc_core::{Lsn, Oid, PgTimestamp, Value, Xid};
+
+pub use convert::{ConvertError, EventConverter};
+
+/// What happened to the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// A row was read by a snapshot (not a change).
+    Read,
+    /// `INSERT`
+    Create,
+    /// `UPDATE`
+    Update,
+    /// `DELETE`
+    Delete,
+    /// `TRUNCATE` of one table.
+    Truncate,
+    /// A logical decoding message (`pg_logical_emit_message`).
+    Message,
+}
+
+impl Operation {
+    /// Debezium's one-letter `op` code: `r`, `c`, `u`, `d`, `t`, `m`.
+    pub const fn debezium_code(self) -> &'static str {
+        match self {
+            Operation::Read => "r",
+            Operation::Create => "c",
+            Operation::Update => "u",
+            Operation::Delete => "d",
+            Operation::Truncate => "t",
+            Operation::Message => "m",
+        }
+    }
+
+    /// A lower-case word: `read`, `insert`, `update`, `delete`, `truncate`, `message`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Operation::Read => "read",
+            Operation::Create => "insert",
+            Operation::Update => "update",
+            Operation::Delete => "delete",
+            Operation::Truncate => "truncate",
+            Operation::Message => "message",
+        }
+    }
+}
+
+/// One column of a [`TableSchema`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnSchema {
+    /// Column name.
+    pub name: Arc<str>,
+    /// Type OID.
+    pub type_oid: Oid,
+    /// Type modifier (`atttypmod`; -1 if none). For `time`/`timestamp` it is the
+    /// fractional-seconds precision.
+    pub type_modifier: i32,
+    /// Whether the column is part of the replica identity (the key).
+    pub is_key: bool,
+}
+
+/// The columns of a table as the last Relation message described them.
+/// Shared by every event of that table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSchema {
+    /// Relation OID on the source.
+    pub oid: Oid,
+    /// Schema (namespace) name.
+    pub schema: Arc<str>,
+    /// Table name.
+    pub table: Arc<str>,
+    /// Columns, in the order of the row values.
+    pub columns: Vec<ColumnSchema>,
+}
+
+impl TableSchema {
+    /// Builds a schema from a pgoutput Relation message.
+    pub fn from_relation(rel: &cdc_core::pgoutput::Relation<'_>) -> Self {
+        TableSchema {
+            oid: rel.oid,
+            schema: Arc::from(rel.namespace.as_ref()),
+            table: Arc::from(rel.name.as_ref()),
+            columns: rel
+                .columns
+                .iter()
+                .map(|c| ColumnSchema {
+                    name: Arc::from(c.name.as_ref()),
+                    type_oid: c.type_oid,
+                    type_modifier: c.type_modifier,
+                    is_key: c.is_key(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Index of the column called `name`.
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| &*c.name == name)
+    }
+}
+
+/// Where and when a change happened on the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// LSN of the transaction's commit record.
+    pub commit_lsn: Lsn,
+    /// LSN of the change itself (the commit LSN if unknown).
+    pub lsn: Lsn,
+    /// Transaction id (0 for a non-transactional message).
+    pub xid: Xid,
+    /// Commit time of the transaction (`None` for a non-transactional message).
+    pub commit_time: Option<PgTimestamp>,
+    /// Source database name.
+    pub database: Arc<str>,
+    /// Replication slot name.
+    pub slot: Arc<str>,
+}
+
+/// A logical decoding message (`pg_logical_emit_message`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessagePayload {
+    /// Whether it was emitted inside the transaction (`transactional = true`).
+    pub transactional: bool,
+    /// Its prefix.
+    pub prefix: String,
+    /// Its content, raw bytes.
+    pub content: Vec<u8>,
+}
+
+/// One row: values in the order of [`TableSchema::columns`].
+///
+/// A TOASTed column the server did not send stays [`Value::UnchangedToast`]:
+/// its value is unknown, not `NULL`.
+pub type RowValues = Vec<Value<'static>>;
+
+/// One change, owned, ready for a sink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangeEvent {
+    /// What happened.
+    pub op: Operation,
+    /// The table (`None` for [`Operation::Message`]).
+    pub table: Option<Arc<TableSchema>>,
+    /// The row before the change: the key columns (others `NULL`) or, with
+    /// `REPLICA IDENTITY FULL`, the whole old row. `None` for inserts, for
+    /// updates that changed no key column under the default identity,
+    /// truncates and messages.
+    pub before: Option<RowValues>,
+    /// The row after an insert, update or snapshot read.
+    pub after: Option<RowValues>,
+    /// The message of an [`Operation::Message`] event.
+    pub message: Option<MessagePayload>,
+    /// Source position and names.
+    pub source: SourceInfo,
+    /// Position of the event within its transaction, from 0.
+    pub index: u32,
+}
+
+/// A view of one column of a row: its schema and its value.
+#[derive(Debug, Clone, Copy)]
+pub struct ColumnRef<'a> {
+    /// The column's schema.
+    pub schema: &'a ColumnSchema,
+    /// Its value.
+    pub value: &'a Value<'static>,
+}
+
+impl ChangeEvent {
+    /// The schema name, if the event is about a table.
+    pub fn schema_name(&self) -> Option<&str> {
+        self.table.as_deref().map(|t| &*t.schema)
+    }
+
+    /// The table name, if the event is about a table.
+    pub fn table_name(&self) -> Option<&str> {
+        self.table.as_deref().map(|t| &*t.table)
+    }
+
+    /// The columns of the row before the change, with their names.
+    pub fn before_columns(&self) -> impl Iterator<Item = ColumnRef<'_>> {
+        self.columns(self.before.as_deref())
+    }
+
+    /// The columns of the row after the change, with their names.
+    pub fn after_columns(&self) -> impl Iterator<Item = ColumnRef<'_>> {
+        self.columns(self.after.as_deref())
+    }
+
+    fn columns<'a>(
+        &'a self,
+        row: Option<&'a [Value<'static>]>,
+    ) -> impl Iterator<Item = ColumnRef<'a>> + 'a {
+        let cols = self.table.as_deref().map_or(&[][..], |t| &t.columns[..]);
+        cols.iter()
+            .zip(row.unwrap_or(&[]))
+            .map(|(schema, value)| ColumnRef { schema, value })
+    }
+}

@@ -1,0 +1,271 @@
+//! JSON lines in files, rotated by size.
+
+use std::fs;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use tokio::io::AsyncWriteExt;
+
+use crate::encoding::JsonEncoder;
+use crate::event::ChangeEvent;
+
+use super::{Sink, SinkError};
+
+/// Where and how a [`FileSink`] writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSinkOptions {
+    /// Base path: files are `<path>.000001`, `<path>.000002`, ….
+    pub path: PathBuf,
+    /// Start a new file before a line would make the current one larger than
+    /// this (a single longer line still goes whole into a file of its own).
+    /// `0`: never rotate.
+    pub max_file_bytes: u64,
+}
+
+/// JSON lines appended to numbered files, rotated by size.
+///
+/// * Lines are never split across files and never lost on rotation: the
+///   full file is fsynced before the next one is created (and the directory
+///   fsynced after).
+/// * [`flush`](Sink::flush) fsyncs the current file.
+/// * Opening again continues the highest-numbered file, appending. A
+///   trailing partial line (a write torn by a crash, never flushed) is cut
+///   off first, so every file holds whole lines only.
+#[derive(Debug)]
+pub struct FileSink {
+    base: PathBuf,
+    max_bytes: u64,
+    encoder: JsonEncoder,
+    seq: u32,
+    path: PathBuf,
+    file: Option<tokio::fs::File>,
+    size: u64,
+    buf: Vec<u8>,
+    line: Vec<u8>,
+}
+
+impl FileSink {
+    /// Opens (or continues) the files at `options.path`.
+    pub async fn open(options: FileSinkOptions, encoder: JsonEncoder) -> Result<Self, SinkError> {
+        let base = options.path.clone();
+        let (seq, path, file, size) = tokio::task::spawn_blocking(move || open_latest(&base))
+            .await
+            .map_err(|e| {
+                SinkError::io("opening", Some(options.path.clone()), io::Error::other(e))
+            })??;
+        Ok(FileSink {
+            base: options.path,
+            max_bytes: options.max_file_bytes,
+            encoder,
+            seq,
+            path,
+            file: Some(tokio::fs::File::from_std(file)),
+            size,
+            buf: Vec::new(),
+            line: Vec::new(),
+        })
+    }
+
+    /// The file currently written.
+    pub fn current_path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes in the current file (including buffered, unflushed writes).
+    pub fn current_size(&self) -> u64 {
+        self.size
+    }
+
+    /// The numbered files of `base`, in order.
+    pub fn files(base: &Path) -> io::Result<Vec<PathBuf>> {
+        Ok(numbered_files(base)?.into_iter().map(|(_, p)| p).collect())
+    }
+
+    async fn write_buf(&mut self) -> Result<(), SinkError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let file = self.file.as_mut().ok_or(SinkError::Closed)?;
+        file.write_all(&self.buf)
+            .await
+            .map_err(|e| SinkError::io("writing", Some(self.path.clone()), e))?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    async fn sync(&mut self) -> Result<(), SinkError> {
+        let file = self.file.as_mut().ok_or(SinkError::Closed)?;
+        file.flush()
+            .await
+            .map_err(|e| SinkError::io("writing", Some(self.path.clone()), e))?;
+        file.sync_data()
+            .await
+            .map_err(|e| SinkError::io("fsyncing", Some(self.path.clone()), e))
+    }
+
+    async fn rotate(&mut self) -> Result<(), SinkError> {
+        self.write_buf().await?;
+        self.sync().await?;
+        let seq = self.seq.checked_add(1).ok_or_else(|| {
+            SinkError::io(
+                "rotating",
+                Some(self.path.clone()),
+                io::Error::other("file sequence number exhausted"),
+            )
+        })?;
+        let path = numbered(&self.base, seq);
+        let p = path.clone();
+        let file = tokio::task::spawn_blocking(move || create_synced(&p))
+            .await
+            .map_err(|e| SinkError::io("creating", Some(path.clone()), io::Error::other(e)))??;
+        self.file = Some(tokio::fs::File::from_std(file));
+        self.seq = seq;
+        self.path = path;
+        self.size = 0;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for FileSink {
+    async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
+        if self.file.is_none() {
+            return Err(SinkError::Closed);
+        }
+        for ev in batch {
+            self.line.clear();
+            self.encoder.encode_line(ev, &mut self.line);
+            let len = self.line.len() as u64;
+            if self.max_bytes > 0 && self.size > 0 && self.size + len > self.max_bytes {
+                self.rotate().await?;
+            }
+            self.buf.extend_from_slice(&self.line);
+            self.size += len;
+            if self.buf.len() >= 1 << 20 {
+                self.write_buf().await?;
+            }
+        }
+        self.write_buf().await
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        self.write_buf().await?;
+        self.sync().await
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        if self.file.is_some() {
+            self.flush().await?;
+            self.file = None;
+        }
+        Ok(())
+    }
+}
+
+fn numbered(base: &Path, seq: u32) -> PathBuf {
+    let mut name = base.as_os_str().to_owned();
+    name.push(format!(".{seq:06}"));
+    PathBuf::from(name)
+}
+
+fn parent_dir(base: &Path) -> &Path {
+    match base.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// `(seq, path)` of the files `<base>.<digits>`, sorted by number.
+fn numbered_files(base: &Path) -> io::Result<Vec<(u32, PathBuf)>> {
+    let Some(stem) = base.file_name().and_then(|n| n.to_str()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "file sink path needs a UTF-8 file name",
+        ));
+    };
+    let prefix = format!("{stem}.");
+    let dir = parent_dir(base);
+    let mut found = Vec::new();
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(found),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(digits) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(seq) = digits.parse::<u32>() {
+            found.push((seq, numbered(base, seq)));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn open_latest(base: &Path) -> Result<(u32, PathBuf, fs::File, u64), SinkError> {
+    let err = |what, e| SinkError::io(what, Some(base.to_path_buf()), e);
+    fs::create_dir_all(parent_dir(base)).map_err(|e| err("creating directory", e))?;
+    let latest = numbered_files(base).map_err(|e| err("listing", e))?.pop();
+    let Some((seq, path)) = latest else {
+        let path = numbered(base, 1);
+        let file = create_synced(&path)?;
+        return Ok((1, path, file, 0));
+    };
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| SinkError::io("opening", Some(path.clone()), e))?;
+    let size = cut_partial_line(&mut file)
+        .map_err(|e| SinkError::io("repairing", Some(path.clone()), e))?;
+    Ok((seq, path, file, size))
+}
+
+/// Truncates `file` after its last `\n` and returns the new length.
+fn cut_partial_line(file: &mut fs::File) -> io::Result<u64> {
+    let len = file.metadata()?.len();
+    let mut end = len;
+    let mut chunk = [0u8; 8192];
+    while end > 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let n = usize::try_from(end - start).unwrap_or(chunk.len());
+        let part = chunk.get_mut(..n).unwrap_or_default();
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(part)?;
+        if let Some(pos) = part.iter().rposition(|&b| b == b'\n') {
+            let keep = start + pos as u64 + 1;
+            if keep != len {
+                file.set_len(keep)?;
+                file.sync_data()?;
+            }
+            return Ok(keep);
+        }
+        end = start;
+    }
+    if len != 0 {
+        file.set_len(0)?;
+        file.sync_data()?;
+    }
+    Ok(0)
+}
+
+/// Creates `path` (appending if it exists) and fsyncs its directory so the
+/// new name survives a crash.
+fn create_synced(path: &Path) -> Result<fs::File, SinkError> {
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| SinkError::io("creating", Some(path.to_path_buf()), e))?;
+    let dir = parent_dir(path);
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| SinkError::io("fsyncing directory", Some(dir.to_path_buf()), e))?;
+    Ok(file)
+}
