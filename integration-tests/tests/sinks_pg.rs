@@ -28,7 +28,8 @@ impl TempDir {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos();
-        let dir = std::env::temp_dir().join(format!("pgcdc-sinks-{tag}-{}-{nanos}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("pgcdc-sinks-{tag}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
     }
@@ -96,7 +97,15 @@ fn parse(oid: u32, s: &str) -> Value<'static> {
         .into_owned()
 }
 
-async fn weird_rows(client: &Client) -> Vec<(i64, Option<String>, Option<String>, Option<String>, Option<String>)> {
+async fn weird_rows(
+    client: &Client,
+) -> Vec<(
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+)> {
     client
         .query(
             r#"SELECT id, "na me", doc, n::text, arr::text FROM public."we""ird t" ORDER BY id"#,
@@ -159,16 +168,52 @@ async fn table_sink_applies_every_operation_idempotently() {
         r
     };
     let batch = vec![
-        ev(Operation::Create, &table, None, Some(row(1, "one", text("big doc 1"))), 0),
-        ev(Operation::Create, &table, None, Some(row(2, "two", text("big doc 2"))), 1),
-        ev(Operation::Create, &table, None, Some(row(3, "three", Value::Null)), 2),
+        ev(
+            Operation::Create,
+            &table,
+            None,
+            Some(row(1, "one", text("big doc 1"))),
+            0,
+        ),
+        ev(
+            Operation::Create,
+            &table,
+            None,
+            Some(row(2, "two", text("big doc 2"))),
+            1,
+        ),
+        ev(
+            Operation::Create,
+            &table,
+            None,
+            Some(row(3, "three", Value::Null)),
+            2,
+        ),
         // doc unchanged (TOAST): must keep "big doc 2".
-        ev(Operation::Update, &table, None, Some(row(2, "TWO", Value::UnchangedToast)), 3),
+        ev(
+            Operation::Update,
+            &table,
+            None,
+            Some(row(2, "TWO", Value::UnchangedToast)),
+            3,
+        ),
         ev(Operation::Delete, &table, Some(key(3)), None, 4),
         // Key change 1 -> 10.
-        ev(Operation::Update, &table, Some(key(1)), Some(row(10, "ten", text("d10"))), 5),
+        ev(
+            Operation::Update,
+            &table,
+            Some(key(1)),
+            Some(row(10, "ten", text("d10"))),
+            5,
+        ),
         // A snapshot read of a row is an upsert too.
-        ev(Operation::Read, &table, None, Some(row(4, "it's \"4\"", Value::Null)), 6),
+        ev(
+            Operation::Read,
+            &table,
+            None,
+            Some(row(4, "it's \"4\"", Value::Null)),
+            6,
+        ),
     ];
     let expected = vec![
         (2, Some("TWO".to_owned()), Some("big doc 2".to_owned())),
@@ -181,7 +226,10 @@ async fn table_sink_applies_every_operation_idempotently() {
         sink.write(&batch).await.unwrap();
         sink.flush().await.unwrap();
         let rows = weird_rows(&client).await;
-        let got: Vec<_> = rows.iter().map(|r| (r.0, r.1.clone(), r.2.clone())).collect();
+        let got: Vec<_> = rows
+            .iter()
+            .map(|r| (r.0, r.1.clone(), r.2.clone()))
+            .collect();
         assert_eq!(got, expected, "round {round}");
         for r in &rows {
             assert_eq!(r.3.as_deref(), Some("12345678901234567890.125"));
@@ -190,14 +238,20 @@ async fn table_sink_applies_every_operation_idempotently() {
     }
     let other: (String, Vec<u8>, f64) = {
         let r = client
-            .query_one(r#"SELECT ts::text, b, f FROM public."we""ird t" WHERE id = 2"#, &[])
+            .query_one(
+                r#"SELECT ts::text, b, f FROM public."we""ird t" WHERE id = 2"#,
+                &[],
+            )
             .await
             .unwrap();
         (r.get(0), r.get(1), r.get(2))
     };
     client.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
     let ts_utc: String = client
-        .query_one(r#"SELECT ts AT TIME ZONE 'UTC' || '' FROM public."we""ird t" WHERE id = 2"#, &[])
+        .query_one(
+            r#"SELECT ts AT TIME ZONE 'UTC' || '' FROM public."we""ird t" WHERE id = 2"#,
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -219,7 +273,13 @@ async fn table_sink_applies_every_operation_idempotently() {
 
     // A failed batch is rolled back as a whole.
     let bad = vec![
-        ev(Operation::Create, &table, None, Some(row(20, "twenty", Value::Null)), 0),
+        ev(
+            Operation::Create,
+            &table,
+            None,
+            Some(row(20, "twenty", Value::Null)),
+            0,
+        ),
         ev(
             Operation::Create,
             &table,
@@ -251,10 +311,19 @@ async fn table_without_key_is_a_typed_error() {
     });
     let mut sink = sink_for(&db, PgTableSinkOptions::default()).await;
     let err = sink
-        .write(&[ev(Operation::Create, &table, None, Some(vec![Value::Int4(1)]), 0)])
+        .write(&[ev(
+            Operation::Create,
+            &table,
+            None,
+            Some(vec![Value::Int4(1)]),
+            0,
+        )])
         .await
         .unwrap_err();
-    assert!(matches!(err, cdc_runtime::sinks::SinkError::NoKey { .. }), "{err}");
+    assert!(
+        matches!(err, cdc_runtime::sinks::SinkError::NoKey { .. }),
+        "{err}"
+    );
 }
 
 // ---- end to end from a real slot ------------------------------------------
@@ -324,7 +393,9 @@ fn replay(lines: &[Json]) -> BTreeMap<String, BTreeMap<String, Json>> {
         if l["op"] == "m" {
             continue;
         }
-        let t = tables.entry(l["source"]["table"].as_str().unwrap().to_owned()).or_default();
+        let t = tables
+            .entry(l["source"]["table"].as_str().unwrap().to_owned())
+            .or_default();
         let key_of = |row: &Json| {
             let obj = row.as_object().unwrap();
             obj.get("id").or_else(|| obj.get("k")).unwrap().to_string()
@@ -373,17 +444,26 @@ async fn source_state(client: &Client) -> BTreeMap<String, BTreeMap<String, Json
     let mut m = BTreeMap::new();
     for r in items {
         let id: i64 = r.get(0);
-        m.insert(id.to_string(), serde_json::from_str::<Json>(r.get(1)).unwrap());
+        m.insert(
+            id.to_string(),
+            serde_json::from_str::<Json>(r.get(1)).unwrap(),
+        );
     }
     tables.insert("items".to_owned(), m);
     let side = client
-        .query(r#"SELECT k, json_build_object('k', k, 'v', v)::text FROM "Side table""#, &[])
+        .query(
+            r#"SELECT k, json_build_object('k', k, 'v', v)::text FROM "Side table""#,
+            &[],
+        )
         .await
         .unwrap();
     let mut m = BTreeMap::new();
     for r in side {
         let k: i32 = r.get(0);
-        m.insert(k.to_string(), serde_json::from_str::<Json>(r.get(1)).unwrap());
+        m.insert(
+            k.to_string(),
+            serde_json::from_str::<Json>(r.get(1)).unwrap(),
+        );
     }
     tables.insert("Side table".to_owned(), m);
     tables
@@ -430,11 +510,18 @@ async fn end_to_end_from_a_real_slot_through_file_and_table_sinks() {
         use Operation::*;
         assert_eq!(
             ops,
-            [Create, Create, Create, Update, Update, Delete, Create, Truncate, Create, Message, Message, Create],
+            [
+                Create, Create, Create, Update, Update, Delete, Create, Truncate, Create, Message,
+                Message, Create
+            ],
             "{slot}"
         );
         // The update of row 2 left the big TOASTed doc out: explicit, not NULL.
-        assert_eq!(events[3].after.as_ref().unwrap()[4], Value::UnchangedToast, "{slot}");
+        assert_eq!(
+            events[3].after.as_ref().unwrap()[4],
+            Value::UnchangedToast,
+            "{slot}"
+        );
         // The key change carries the old key.
         assert_eq!(events[4].before.as_ref().unwrap()[0], Value::Int8(3));
         // Indexes restart per transaction; the three-row insert is one transaction.
@@ -454,7 +541,10 @@ async fn end_to_end_from_a_real_slot_through_file_and_table_sinks() {
         let base = dir.0.join("cdc.jsonl");
         let encoder = JsonEncoder::new(JsonFormat::Debezium(DebeziumOptions::default()));
         let mut file = FileSink::open(
-            FileSinkOptions { path: base.clone(), max_file_bytes: 4096 },
+            FileSinkOptions {
+                path: base.clone(),
+                max_file_bytes: 4096,
+            },
             encoder,
         )
         .await
@@ -473,10 +563,16 @@ async fn end_to_end_from_a_real_slot_through_file_and_table_sinks() {
             }
         }
         assert_eq!(lines.len(), events.len());
-        assert_eq!(lines[9]["message"], json!({"prefix": "pgcdc", "content": "aW4gdHhu"}));
+        assert_eq!(
+            lines[9]["message"],
+            json!({"prefix": "pgcdc", "content": "aW4gdHhu"})
+        );
         let mut got = replay(&lines);
         normalise(&mut got);
-        assert_eq!(got, expected, "{slot}: file sink replay differs from the source tables");
+        assert_eq!(
+            got, expected,
+            "{slot}: file sink replay differs from the source tables"
+        );
 
         // Table sink on a separate database with the same tables, applied twice.
         let target = TestPostgres::new_database().await.unwrap();
@@ -488,6 +584,9 @@ async fn end_to_end_from_a_real_slot_through_file_and_table_sinks() {
         sink.close().await.unwrap();
         let mut applied = source_state(&tclient).await;
         normalise(&mut applied);
-        assert_eq!(applied, expected, "{slot}: table sink differs from the source tables");
+        assert_eq!(
+            applied, expected,
+            "{slot}: table sink differs from the source tables"
+        );
     }
 }
