@@ -269,3 +269,177 @@ fn create_synced(path: &Path) -> Result<fs::File, SinkError> {
         .map_err(|e| SinkError::io("fsyncing directory", Some(dir.to_path_buf()), e))?;
     Ok(file)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cdc_core::{Lsn, Value};
+
+    use super::*;
+    use crate::encoding::JsonFormat;
+    use crate::event::{ColumnSchema, Operation, SourceInfo, TableSchema};
+
+    fn events(n: u32, text_len: usize) -> Vec<ChangeEvent> {
+        let table = Arc::new(TableSchema {
+            oid: 1,
+            schema: "public".into(),
+            table: "t".into(),
+            columns: vec![
+                ColumnSchema {
+                    name: "id".into(),
+                    type_oid: cdc_core::types::INT4,
+                    type_modifier: -1,
+                    is_key: true,
+                },
+                ColumnSchema {
+                    name: "doc".into(),
+                    type_oid: cdc_core::types::TEXT,
+                    type_modifier: -1,
+                    is_key: false,
+                },
+            ],
+        });
+        (0..n)
+            .map(|i| ChangeEvent {
+                op: Operation::Create,
+                table: Some(table.clone()),
+                before: None,
+                after: Some(vec![
+                    Value::Int4(i as i32),
+                    Value::Text("x".repeat(text_len).into()),
+                ]),
+                message: None,
+                source: SourceInfo {
+                    commit_lsn: Lsn::from_u64(100),
+                    lsn: Lsn::from_u64(100),
+                    xid: 5,
+                    commit_time: None,
+                    database: "db".into(),
+                    slot: "s".into(),
+                },
+                index: i,
+            })
+            .collect()
+    }
+
+    async fn open(base: &Path, max: u64) -> FileSink {
+        FileSink::open(
+            FileSinkOptions {
+                path: base.to_path_buf(),
+                max_file_bytes: max,
+            },
+            JsonEncoder::new(JsonFormat::Plain),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Every line of every file, with the file it came from.
+    fn read_lines(base: &Path) -> Vec<(PathBuf, serde_json::Value)> {
+        let mut all = Vec::new();
+        for path in FileSink::files(base).unwrap() {
+            let text = fs::read_to_string(&path).unwrap();
+            assert!(
+                text.is_empty() || text.ends_with('\n'),
+                "{} ends mid-line",
+                path.display()
+            );
+            for line in text.lines() {
+                all.push((path.clone(), serde_json::from_str(line).unwrap()));
+            }
+        }
+        all
+    }
+
+    fn indexes(lines: &[(PathBuf, serde_json::Value)]) -> Vec<u64> {
+        lines
+            .iter()
+            .map(|(_, j)| j["index"].as_u64().unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn rotates_by_size_without_splitting_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("events.jsonl");
+        let mut sink = open(&base, 1000).await;
+        let evs = events(40, 50);
+        for chunk in evs.chunks(7) {
+            sink.write(chunk).await.unwrap();
+        }
+        sink.close().await.unwrap();
+        let files = FileSink::files(&base).unwrap();
+        assert!(files.len() > 2, "{files:?}");
+        assert_eq!(files[0], dir.path().join("events.jsonl.000001"));
+        for f in &files {
+            assert!(fs::metadata(f).unwrap().len() <= 1000);
+        }
+        let lines = read_lines(&base);
+        assert_eq!(indexes(&lines), (0..40).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_line_longer_than_the_limit_gets_a_file_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("big");
+        let mut sink = open(&base, 200).await;
+        sink.write(&events(1, 10)).await.unwrap();
+        sink.write(&events(1, 500)).await.unwrap();
+        sink.write(&events(1, 10)).await.unwrap();
+        sink.flush().await.unwrap();
+        let lines = read_lines(&base);
+        assert_eq!(lines.len(), 3);
+        assert_ne!(lines[0].0, lines[1].0);
+        assert_ne!(lines[1].0, lines[2].0);
+    }
+
+    #[tokio::test]
+    async fn flush_makes_lines_visible_and_reopen_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("e");
+        let evs = events(5, 3);
+        let mut sink = open(&base, 0).await;
+        sink.write(&evs[..3]).await.unwrap();
+        sink.flush().await.unwrap();
+        assert_eq!(read_lines(&base).len(), 3, "flushed lines are in the file");
+        drop(sink);
+
+        let mut sink = open(&base, 0).await;
+        assert_eq!(sink.current_path(), dir.path().join("e.000001"));
+        sink.write(&evs[3..]).await.unwrap();
+        sink.close().await.unwrap();
+        assert!(matches!(sink.write(&evs).await, Err(SinkError::Closed)));
+        assert_eq!(indexes(&read_lines(&base)), [0, 1, 2, 3, 4]);
+        assert_eq!(FileSink::files(&base).unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn reopen_continues_the_last_file_and_cuts_a_torn_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("e");
+        fs::write(
+            dir.path().join("e.000002"),
+            "{\"index\":7}\n{\"index\":8,\"tor",
+        )
+        .unwrap();
+        fs::write(dir.path().join("e.000001"), "{\"index\":6}\n").unwrap();
+        fs::write(dir.path().join("e.000003x"), "not ours").unwrap();
+        let mut sink = open(&base, 0).await;
+        assert_eq!(sink.current_path(), dir.path().join("e.000002"));
+        assert_eq!(sink.current_size(), 12);
+        sink.write(&events(1, 1)).await.unwrap();
+        sink.close().await.unwrap();
+        assert_eq!(indexes(&read_lines(&base)), [6, 7, 0]);
+    }
+
+    #[tokio::test]
+    async fn a_file_without_any_newline_is_emptied() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("e");
+        fs::write(dir.path().join("e.000001"), "partial").unwrap();
+        let sink = open(&base, 0).await;
+        assert_eq!(sink.current_size(), 0);
+        assert_eq!(fs::read(dir.path().join("e.000001")).unwrap(), b"");
+    }
+}

@@ -84,3 +84,65 @@ impl<W: AsyncWrite + Unpin + Send> Sink for JsonLinesSink<W> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use cdc_core::Lsn;
+
+    use super::*;
+    use crate::encoding::JsonFormat;
+    use crate::event::{MessagePayload, Operation, SourceInfo};
+
+    fn message(prefix: &str) -> ChangeEvent {
+        ChangeEvent {
+            op: Operation::Message,
+            table: None,
+            before: None,
+            after: None,
+            message: Some(MessagePayload {
+                transactional: false,
+                prefix: prefix.into(),
+                content: vec![1],
+            }),
+            source: SourceInfo {
+                commit_lsn: Lsn::from_u64(1),
+                lsn: Lsn::from_u64(1),
+                xid: 0,
+                commit_time: None,
+                database: "db".into(),
+                slot: "s".into(),
+            },
+            index: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn one_line_per_event_in_order() {
+        let mut sink = JsonLinesSink::new(Vec::new(), JsonEncoder::new(JsonFormat::Plain));
+        sink.write(&[message("a"), message("b")]).await.unwrap();
+        sink.write(&[message("c")]).await.unwrap();
+        sink.flush().await.unwrap();
+        let out = sink.into_inner().await.unwrap();
+        let prefixes: Vec<String> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["message"]["prefix"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(prefixes, ["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn closed_sink_rejects_writes() {
+        let mut sink = JsonLinesSink::new(Vec::new(), JsonEncoder::new(JsonFormat::Plain));
+        sink.close().await.unwrap();
+        assert!(matches!(
+            sink.write(&[message("a")]).await,
+            Err(SinkError::Closed)
+        ));
+    }
+}

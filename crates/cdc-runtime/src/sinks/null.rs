@@ -67,3 +67,38 @@ impl Sink for NullSink {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoding::JsonFormat;
+
+    #[tokio::test]
+    async fn counts_and_encodes() {
+        let mut plain = NullSink::new();
+        plain.write(&[]).await.unwrap();
+        assert_eq!(plain.events(), 0);
+        let mut enc = NullSink::encoding(JsonEncoder::new(JsonFormat::Plain));
+        let ev = crate::event::ChangeEvent {
+            op: crate::event::Operation::Message,
+            table: None,
+            before: None,
+            after: None,
+            message: None,
+            source: crate::event::SourceInfo {
+                commit_lsn: cdc_core::Lsn::from_u64(1),
+                lsn: cdc_core::Lsn::from_u64(1),
+                xid: 0,
+                commit_time: None,
+                database: "d".into(),
+                slot: "s".into(),
+            },
+            index: 0,
+        };
+        enc.write(&[ev.clone(), ev]).await.unwrap();
+        assert_eq!(enc.events(), 2);
+        assert!(enc.bytes() > 20);
+        enc.close().await.unwrap();
+        assert!(matches!(enc.write(&[]).await, Err(SinkError::Closed)));
+    }
+}
