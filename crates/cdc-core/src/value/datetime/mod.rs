@@ -29,8 +29,9 @@ const END_DATE: i64 = 2_147_483_494 - POSTGRES_EPOCH_JDATE;
 const MIN_TIMESTAMP: i64 = -211_813_488_000_000_000;
 /// One past the last valid timestamp, 294277-01-01 00:00:00.
 const END_TIMESTAMP: i64 = 9_223_371_331_200_000_000;
-/// `timetz` offsets must stay strictly within this many seconds (PostgreSQL's `TZDISP_LIMIT`).
-const TZDISP_LIMIT: i32 = (15 * 60 + 59) * 60;
+/// `timetz` offsets must stay strictly within this many seconds (PostgreSQL's
+/// `TZDISP_LIMIT`, `(MAX_TZDISP_HOUR + 1) * SECS_PER_HOUR`): up to 15:59:59 either way.
+const TZDISP_LIMIT: i32 = 16 * 60 * 60;
 
 /// A date/time value that may also be `infinity` or `-infinity`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -203,7 +204,7 @@ pub struct TimeTz {
 }
 
 impl TimeTz {
-    /// A local time and its offset in seconds east of UTC (at most 15:58:59 either way).
+    /// A local time and its offset in seconds east of UTC (at most 15:59:59 either way).
     pub fn new(time: Time, utc_offset_seconds: i32) -> Option<TimeTz> {
         (utc_offset_seconds.unsigned_abs() < TZDISP_LIMIT.unsigned_abs()).then_some(TimeTz {
             time,
