@@ -636,7 +636,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_settings_clearly() {
-        let no_sinks = MINIMAL.split("[[sinks]]").next().unwrap().to_owned() + "sinks = []\n";
+        let no_sinks = "sinks = []\n".to_owned() + MINIMAL.split("[[sinks]]").next().unwrap();
         let err = Config::parse(&no_sinks).unwrap().check().unwrap_err();
         assert!(err.to_string().contains("sinks"), "{err}");
 
