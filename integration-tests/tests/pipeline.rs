@@ -350,7 +350,9 @@ async fn the_slot_is_never_confirmed_past_what_the_sink_flushed() {
         Box::pin(async move {
             let row = c
                 .query_opt(
-                    "SELECT reply_time FROM pg_stat_replication WHERE application_name = 'pgcdc'",
+                    "SELECT r.reply_time FROM pg_stat_replication r \
+                     JOIN pg_replication_slots s ON s.active_pid = r.pid \
+                     WHERE s.slot_name = 'pgcdc_gate'",
                     &[],
                 )
                 .await
