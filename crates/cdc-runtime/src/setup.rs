@@ -39,7 +39,7 @@ pub enum SetupError {
     )]
     SchemasNeedPg15(u32),
     /// The publication does not exist and may not be created.
-    #[error("publication {0:?} does not exist; create it or set source.create_publication = true")]
+    #[error("publication {0:?} does not exist; `pgcdc run` creates it when source.create_publication = true (the default), or create it yourself")]
     MissingPublication(String),
     /// The publication exists but does not cover a configured table.
     #[error("publication {publication:?} does not include {what}; run ALTER PUBLICATION {} ADD {what_sql}", quote_identifier(publication))]
@@ -52,7 +52,7 @@ pub enum SetupError {
         what_sql: String,
     },
     /// The slot does not exist and may not be created.
-    #[error("replication slot {0:?} does not exist; create it or set source.create_slot = true")]
+    #[error("replication slot {0:?} does not exist; `pgcdc run` creates it when source.create_slot = true (the default), or create it yourself")]
     MissingSlot(String),
     /// The slot exists but is unusable here.
     #[error("replication slot {slot:?} {problem}; drop it or choose another source.slot")]

@@ -554,3 +554,43 @@ impl Source<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_exponentially_with_jitter_and_a_cap() {
+        let b = Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+            max_attempts: None,
+        };
+        for (attempt, full) in [
+            (1, 100),
+            (2, 200),
+            (3, 400),
+            (4, 800),
+            (5, 1000),
+            (40, 1000),
+        ] {
+            let d = b.delay(attempt);
+            let full = Duration::from_millis(full);
+            assert!(
+                d >= full / 2 && d <= full,
+                "attempt {attempt}: {d:?} vs {full:?}"
+            );
+        }
+        // Jitter: not every delay is the same.
+        let delays: std::collections::HashSet<_> = (0..20).map(|_| b.delay(3)).collect();
+        assert!(delays.len() > 1);
+    }
+
+    #[test]
+    fn pending_with_only_a_commit_is_not_empty() {
+        let mut p = Pending::default();
+        assert!(p.is_empty());
+        p.commit_end = Some(Lsn::from_u64(10));
+        assert!(!p.is_empty());
+    }
+}
