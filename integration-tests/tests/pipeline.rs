@@ -508,3 +508,37 @@ async fn reconnects_after_the_walsender_is_terminated_without_losing_commits() {
     assert_eq!(ids, (1..=150).collect::<Vec<i64>>());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_streamed_transaction_over_the_byte_budget_stops_with_the_setting_named() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    // Make the walsender stream in-progress transactions early.
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE big (id int PRIMARY KEY, pad text);
+             ALTER DATABASE \"{}\" SET logical_decoding_work_mem = '64kB';",
+            db.name()
+        ))
+        .await
+        .unwrap();
+    let source = source_config(&db, &["big"], "pgcdc_budget");
+    setup(&source).await.unwrap();
+    let mut opts = options(&source);
+    opts.byte_budget = 32 * 1024;
+    let (_stop, task, _progress) = spawn(opts, vec![Box::new(cdc_runtime::sinks::NullSink::new())]);
+    client
+        .batch_execute("INSERT INTO big SELECT g, repeat('x', 100) FROM generate_series(1, 5000) g")
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(TIMEOUT, task)
+        .await
+        .expect("the pipeline should stop")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(err, cdc_runtime::pipeline::PipelineError::ByteBudgetExceeded { budget, buffered } if budget == 32 * 1024 && buffered > budget),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("pipeline.byte_budget"), "{err}");
+}
