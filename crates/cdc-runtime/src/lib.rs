@@ -51,12 +51,41 @@
 //! # }
 //! ```
 //!
+//! # Pipeline and CLI
+//!
+//! [`config`] reads `pgcdc.toml` (with `PGCDC_<SECTION>_<KEY>` environment
+//! overrides), [`setup`] checks the server (`wal_level`, tables) and creates
+//! the publication and slot, and [`pipeline`] streams: replication stream ->
+//! `cdc_core` decoder and transaction assembler -> [`event::ChangeEvent`]
+//! batches -> one task per [`sinks::Sink`], joined by bounded channels. The
+//! position confirmed to the slot is the end of the last transaction every
+//! sink has flushed. The `pgcdc` binary wraps this as `pgcdc run` and
+//! `pgcdc validate`.
+//!
+//! ```no_run
+//! use cdc_runtime::pipeline::{Pipeline, PipelineOptions};
+//! use cdc_runtime::sinks::{NullSink, Sink};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let replication = "host=db.example dbname=app user=cdc".parse()?;
+//! let options = PipelineOptions::new(replication, "pgcdc_app", "pgcdc_app");
+//! let sinks: Vec<Box<dyn Sink>> = vec![Box::new(NullSink::new())];
+//! let pipeline = Pipeline::new(options, sinks);
+//! let progress = pipeline.progress();
+//! pipeline.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! println!("confirmed up to {}", progress.borrow().confirmed);
+//! # Ok(()) }
+//! ```
+//!
 //! # Feature flags
 //!
 //! None.
 #![forbid(unsafe_code)]
 
+pub mod config;
 pub mod encoding;
 pub mod event;
+pub mod pipeline;
 pub mod replication;
+pub mod setup;
 pub mod sinks;

@@ -1,0 +1,654 @@
+//! `pgcdc.toml`: the configuration of a pipeline.
+//!
+//! ```toml
+//! [source]
+//! host = "db.example"
+//! port = 5432
+//! database = "app"
+//! user = "cdc"
+//! password_file = "/run/secrets/pgcdc"   # or password = "...", or password_env = "VAR"
+//! sslmode = "verify-full"
+//! sslrootcert = "/etc/pgcdc/ca.pem"
+//! tables = ["public.orders", "public.customers"]  # or schemas = ["sales"] (PostgreSQL 15+)
+//! slot = "pgcdc_app"
+//! publication = "pgcdc_app"
+//! create_slot = true
+//! create_publication = true
+//! # start_lsn = "0/16B3748"   # default: the slot's confirmed position
+//!
+//! [pipeline]
+//! batch_size = 1000
+//! byte_budget = 67108864        # streamed in-progress transactions, bytes
+//! status_interval_secs = 10
+//!
+//! [[sinks]]
+//! type = "file"
+//! path = "/var/lib/pgcdc/changes.jsonl"
+//! max_file_bytes = 104857600
+//! format = "debezium"
+//! ```
+//!
+//! # Environment overrides
+//!
+//! Every scalar key of `[source]` and `[pipeline]` can be overridden by an
+//! environment variable named `PGCDC_<SECTION>_<KEY>` in upper case, e.g.
+//! `PGCDC_SOURCE_HOST`, `PGCDC_SOURCE_PASSWORD`, `PGCDC_SOURCE_SLOT`,
+//! `PGCDC_PIPELINE_BATCH_SIZE`. List keys (`tables`, `schemas`) take a
+//! comma-separated list. The environment wins over the file. Setting
+//! `PGCDC_SOURCE_PASSWORD` replaces any `password`, `password_file` or
+//! `password_env` from the file.
+//!
+//! Passwords never appear in `Debug` output or error messages.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use cdc_core::Lsn;
+use serde::Deserialize;
+
+use crate::encoding::{DebeziumOptions, JsonFormat};
+use crate::replication::{ReplicationConfig, RootCertSource, SslMode};
+
+/// The default number of change events per batch.
+pub const DEFAULT_BATCH_SIZE: usize = 1000;
+/// The default budget for buffered streamed transactions (64 MiB).
+pub const DEFAULT_BYTE_BUDGET: usize = 64 * 1024 * 1024;
+/// The default interval between standby status updates (10 s).
+pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A string that is never printed: `Debug` and `Display` show `***`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret itself; do not log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigFileError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not match the schema.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (it quotes the offending line, which never
+        /// holds a password since passwords are not echoed back by serde).
+        message: String,
+    },
+    /// A setting has an invalid value.
+    #[error("invalid {key}: {reason}")]
+    Invalid {
+        /// The setting, e.g. `source.port` or `PGCDC_SOURCE_PORT`.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigFileError {
+    ConfigFileError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The whole `pgcdc.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where changes come from.
+    pub source: SourceConfig,
+    /// Batching, budgets and status updates.
+    #[serde(default)]
+    pub pipeline: PipelineConfig,
+    /// Where changes go (at least one).
+    pub sinks: Vec<SinkConfig>,
+}
+
+/// `[source]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Host name or IP address (default `localhost`).
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// Port (default 5432).
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// Database to capture.
+    pub database: String,
+    /// User (needs the REPLICATION attribute).
+    pub user: String,
+    /// The password, inline.
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// A file holding the password (trailing newline ignored).
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// The name of an environment variable holding the password.
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// libpq's sslmode (default `prefer`).
+    #[serde(default)]
+    pub sslmode: Option<String>,
+    /// Trusted CA certificates (PEM file, or `system`).
+    #[serde(default)]
+    pub sslrootcert: Option<String>,
+    /// Capture every table of these schemas (`FOR TABLES IN SCHEMA`, PostgreSQL 15+).
+    #[serde(default)]
+    pub schemas: Vec<String>,
+    /// Capture these tables (`schema.table`, or `table` for `public`).
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// The replication slot.
+    pub slot: String,
+    /// The publication.
+    pub publication: String,
+    /// Create the slot when it does not exist (default true).
+    #[serde(default = "yes")]
+    pub create_slot: bool,
+    /// Create the publication when it does not exist (default true).
+    #[serde(default = "yes")]
+    pub create_publication: bool,
+    /// Where to start (`X/Y`); default: the slot's confirmed position.
+    #[serde(default)]
+    pub start_lsn: Option<String>,
+}
+
+fn default_host() -> String {
+    "localhost".to_owned()
+}
+fn default_port() -> u16 {
+    5432
+}
+fn yes() -> bool {
+    true
+}
+
+/// `[pipeline]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    /// Change events per batch handed to the sinks.
+    pub batch_size: usize,
+    /// Bytes of streamed in-progress transactions held in memory before the
+    /// pipeline stops with an error.
+    pub byte_budget: usize,
+    /// Seconds between standby status updates.
+    pub status_interval_secs: u64,
+    /// Batches buffered between the source and each sink (backpressure).
+    pub channel_capacity: usize,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            batch_size: DEFAULT_BATCH_SIZE,
+            byte_budget: DEFAULT_BYTE_BUDGET,
+            status_interval_secs: DEFAULT_STATUS_INTERVAL.as_secs(),
+            channel_capacity: 4,
+        }
+    }
+}
+
+/// The JSON shape written by a sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// Debezium's change event value.
+    #[default]
+    Debezium,
+    /// pgcdc's plain JSON.
+    Plain,
+}
+
+impl Format {
+    /// The encoder format.
+    pub fn json_format(self) -> JsonFormat {
+        match self {
+            Format::Debezium => JsonFormat::Debezium(DebeziumOptions::default()),
+            Format::Plain => JsonFormat::Plain,
+        }
+    }
+}
+
+/// One `[[sinks]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum SinkConfig {
+    /// JSON lines on standard output.
+    Stdout {
+        /// JSON shape.
+        #[serde(default)]
+        format: Format,
+    },
+    /// JSON lines in size-rotated files.
+    File {
+        /// Base path (files are `<path>.000001`, …).
+        path: PathBuf,
+        /// Rotate before a file exceeds this many bytes (0: never).
+        #[serde(default)]
+        max_file_bytes: u64,
+        /// JSON shape.
+        #[serde(default)]
+        format: Format,
+    },
+    /// Applied to tables of a PostgreSQL database (same names).
+    Postgres {
+        /// Target connection string (libpq key=value or URL; not logged).
+        url: Secret,
+    },
+    /// Discards events (benchmarks).
+    Null,
+}
+
+impl Config {
+    /// Reads `path` and applies the process environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut config = Config::parse(&text).map_err(|e| match e {
+            ConfigFileError::Parse { message, .. } => ConfigFileError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })?;
+        config.apply_env(|name| std::env::var(name).ok())?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Parses TOML text (no environment, no checks).
+    pub fn parse(text: &str) -> Result<Config, ConfigFileError> {
+        toml::from_str(text).map_err(|e| ConfigFileError::Parse {
+            path: PathBuf::from("<config>"),
+            message: e.message().to_owned(),
+        })
+    }
+
+    /// Applies `PGCDC_<SECTION>_<KEY>` overrides looked up with `env`.
+    pub fn apply_env(
+        &mut self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigFileError> {
+        let s = &mut self.source;
+        let var = |key: &str| env(&format!("PGCDC_SOURCE_{}", key.to_ascii_uppercase()));
+        if let Some(v) = var("host") {
+            s.host = v;
+        }
+        if let Some(v) = var("port") {
+            s.port = v
+                .parse()
+                .map_err(|_| invalid("PGCDC_SOURCE_PORT", format!("{v:?} is not a port")))?;
+        }
+        if let Some(v) = var("database") {
+            s.database = v;
+        }
+        if let Some(v) = var("user") {
+            s.user = v;
+        }
+        if let Some(v) = var("password") {
+            s.password = Some(Secret(v));
+            s.password_file = None;
+            s.password_env = None;
+        }
+        if let Some(v) = var("password_file") {
+            s.password_file = Some(v.into());
+        }
+        if let Some(v) = var("password_env") {
+            s.password_env = Some(v);
+        }
+        if let Some(v) = var("sslmode") {
+            s.sslmode = Some(v);
+        }
+        if let Some(v) = var("sslrootcert") {
+            s.sslrootcert = Some(v);
+        }
+        let list = |v: String| -> Vec<String> {
+            v.split(',')
+                .map(str::trim)
+                .filter(|x| !x.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        if let Some(v) = var("schemas") {
+            s.schemas = list(v);
+        }
+        if let Some(v) = var("tables") {
+            s.tables = list(v);
+        }
+        if let Some(v) = var("slot") {
+            s.slot = v;
+        }
+        if let Some(v) = var("publication") {
+            s.publication = v;
+        }
+        let boolean = |key: &'static str, v: String| -> Result<bool, ConfigFileError> {
+            match v.as_str() {
+                "true" | "1" | "yes" | "on" => Ok(true),
+                "false" | "0" | "no" | "off" => Ok(false),
+                _ => Err(invalid(key, format!("{v:?} is not a boolean"))),
+            }
+        };
+        if let Some(v) = var("create_slot") {
+            s.create_slot = boolean("PGCDC_SOURCE_CREATE_SLOT", v)?;
+        }
+        if let Some(v) = var("create_publication") {
+            s.create_publication = boolean("PGCDC_SOURCE_CREATE_PUBLICATION", v)?;
+        }
+        if let Some(v) = var("start_lsn") {
+            s.start_lsn = Some(v);
+        }
+        let p = &mut self.pipeline;
+        let num = |key: &str| -> Result<Option<u64>, ConfigFileError> {
+            let name = format!("PGCDC_PIPELINE_{}", key.to_ascii_uppercase());
+            match env(&name) {
+                None => Ok(None),
+                Some(v) => v
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| invalid(name, format!("{v:?} is not a number"))),
+            }
+        };
+        if let Some(v) = num("batch_size")? {
+            p.batch_size = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = num("byte_budget")? {
+            p.byte_budget = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = num("status_interval_secs")? {
+            p.status_interval_secs = v;
+        }
+        if let Some(v) = num("channel_capacity")? {
+            p.channel_capacity = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        Ok(())
+    }
+
+    /// Checks values that serde cannot: at least one sink, tables or
+    /// schemas, non-zero sizes, a valid start LSN and sslmode.
+    pub fn check(&self) -> Result<(), ConfigFileError> {
+        let s = &self.source;
+        if self.sinks.is_empty() {
+            return Err(invalid("sinks", "configure at least one [[sinks]] entry"));
+        }
+        if s.tables.is_empty() && s.schemas.is_empty() {
+            return Err(invalid(
+                "source.tables",
+                "list the tables (or source.schemas) to capture",
+            ));
+        }
+        if !s.tables.is_empty() && !s.schemas.is_empty() {
+            return Err(invalid(
+                "source.tables",
+                "set either source.tables or source.schemas, not both",
+            ));
+        }
+        for t in &s.tables {
+            TableRef::parse(t)?;
+        }
+        if s.slot.is_empty() || s.publication.is_empty() {
+            return Err(invalid("source.slot", "slot and publication must be named"));
+        }
+        let p = &self.pipeline;
+        if p.batch_size == 0 || p.byte_budget == 0 || p.status_interval_secs == 0 {
+            return Err(invalid(
+                "pipeline",
+                "batch_size, byte_budget and status_interval_secs must be positive",
+            ));
+        }
+        if p.channel_capacity == 0 {
+            return Err(invalid("pipeline.channel_capacity", "must be positive"));
+        }
+        self.start_lsn()?;
+        if let Some(mode) = &s.sslmode {
+            SslMode::from_str(mode).map_err(|e| invalid("source.sslmode", e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The configured start position, if any.
+    pub fn start_lsn(&self) -> Result<Option<Lsn>, ConfigFileError> {
+        self.source
+            .start_lsn
+            .as_deref()
+            .map(|v| {
+                v.parse::<Lsn>()
+                    .map_err(|e| invalid("source.start_lsn", e.to_string()))
+            })
+            .transpose()
+    }
+
+    /// The status update interval.
+    pub fn status_interval(&self) -> Duration {
+        Duration::from_secs(self.pipeline.status_interval_secs)
+    }
+}
+
+impl SourceConfig {
+    /// Resolves the password from `password`, `password_file` or `password_env`.
+    pub fn resolve_password(&self) -> Result<Option<Secret>, ConfigFileError> {
+        if let Some(p) = &self.password {
+            return Ok(Some(p.clone()));
+        }
+        if let Some(path) = &self.password_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                invalid(
+                    "source.password_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            return Ok(Some(Secret(text.trim_end_matches(['\r', '\n']).to_owned())));
+        }
+        if let Some(name) = &self.password_env {
+            return std::env::var(name).map(|v| Some(Secret(v))).map_err(|_| {
+                invalid(
+                    "source.password_env",
+                    format!("environment variable {name} is not set"),
+                )
+            });
+        }
+        Ok(None)
+    }
+
+    /// The replication connection settings.
+    pub fn replication_config(&self) -> Result<ReplicationConfig, ConfigFileError> {
+        let mut config = ReplicationConfig::new(self.user.clone())
+            .host(self.host.clone())
+            .port(self.port)
+            .dbname(self.database.clone())
+            .application_name("pgcdc");
+        if let Some(p) = self.resolve_password()? {
+            config = config.password(p.expose());
+        }
+        if let Some(mode) = &self.sslmode {
+            let mode =
+                SslMode::from_str(mode).map_err(|e| invalid("source.sslmode", e.to_string()))?;
+            config = config.sslmode(mode);
+        }
+        if let Some(root) = &self.sslrootcert {
+            let source = if root == "system" {
+                RootCertSource::System
+            } else {
+                RootCertSource::File(root.into())
+            };
+            config = config.sslrootcert(source);
+        }
+        Ok(config)
+    }
+
+    /// The configured tables, parsed.
+    pub fn table_refs(&self) -> Result<Vec<TableRef>, ConfigFileError> {
+        self.tables.iter().map(|t| TableRef::parse(t)).collect()
+    }
+}
+
+/// A `schema.table` name from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TableRef {
+    /// Schema (`public` when not given).
+    pub schema: String,
+    /// Table.
+    pub table: String,
+}
+
+impl TableRef {
+    /// Parses `schema.table` or `table` (unquoted; names are taken verbatim,
+    /// case-sensitive).
+    pub fn parse(s: &str) -> Result<TableRef, ConfigFileError> {
+        let (schema, table) = match s.split_once('.') {
+            Some((schema, table)) => (schema, table),
+            None => ("public", s),
+        };
+        if schema.is_empty() || table.is_empty() || table.contains('.') {
+            return Err(invalid(
+                "source.tables",
+                format!("{s:?} is not `schema.table` or `table`"),
+            ));
+        }
+        Ok(TableRef {
+            schema: schema.to_owned(),
+            table: table.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for TableRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.schema, self.table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const MINIMAL: &str = r#"
+        [source]
+        database = "app"
+        user = "cdc"
+        password = "hunter2"
+        tables = ["orders", "sales.items"]
+        slot = "s"
+        publication = "p"
+
+        [[sinks]]
+        type = "file"
+        path = "/tmp/out"
+        format = "plain"
+
+        [[sinks]]
+        type = "null"
+    "#;
+
+    #[test]
+    fn parses_with_defaults_and_hides_the_password() {
+        let c = Config::parse(MINIMAL).unwrap();
+        c.check().unwrap();
+        assert_eq!(c.source.host, "localhost");
+        assert_eq!(c.source.port, 5432);
+        assert!(c.source.create_slot);
+        assert_eq!(c.pipeline.batch_size, DEFAULT_BATCH_SIZE);
+        assert_eq!(c.status_interval(), Duration::from_secs(10));
+        assert!(matches!(
+            c.sinks[0],
+            SinkConfig::File {
+                format: Format::Plain,
+                ..
+            }
+        ));
+        assert!(matches!(c.sinks[1], SinkConfig::Null));
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+        let refs = c.source.table_refs().unwrap();
+        assert_eq!(refs[0].to_string(), "public.orders");
+        assert_eq!(refs[1].to_string(), "sales.items");
+        let rc = c.source.replication_config().unwrap();
+        assert_eq!(rc.get_password(), Some("hunter2"));
+        assert!(!format!("{rc:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let mut c = Config::parse(MINIMAL).unwrap();
+        let env: HashMap<&str, &str> = [
+            ("PGCDC_SOURCE_HOST", "db.example"),
+            ("PGCDC_SOURCE_PORT", "6432"),
+            ("PGCDC_SOURCE_PASSWORD", "from-env"),
+            ("PGCDC_SOURCE_TABLES", "a, b.c"),
+            ("PGCDC_PIPELINE_BATCH_SIZE", "7"),
+        ]
+        .into_iter()
+        .collect();
+        c.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(c.source.host, "db.example");
+        assert_eq!(c.source.port, 6432);
+        assert_eq!(c.source.tables, ["a", "b.c"]);
+        assert_eq!(c.pipeline.batch_size, 7);
+        assert_eq!(
+            c.source.resolve_password().unwrap().unwrap().expose(),
+            "from-env"
+        );
+
+        let err = c
+            .apply_env(|k| (k == "PGCDC_SOURCE_PORT").then(|| "x".to_owned()))
+            .unwrap_err();
+        assert!(err.to_string().contains("PGCDC_SOURCE_PORT"), "{err}");
+    }
+
+    #[test]
+    fn rejects_bad_settings_clearly() {
+        let no_sinks = "sinks = []\n".to_owned() + MINIMAL.split("[[sinks]]").next().unwrap();
+        let err = Config::parse(&no_sinks).unwrap().check().unwrap_err();
+        assert!(err.to_string().contains("sinks"), "{err}");
+
+        let unknown = MINIMAL.replace("slot = \"s\"", "slot = \"s\"\nslto = 1");
+        let err = Config::parse(&unknown).unwrap_err();
+        assert!(err.to_string().contains("slto"), "{err}");
+
+        let bad_lsn = MINIMAL.replace("slot = \"s\"", "slot = \"s\"\nstart_lsn = \"nope\"");
+        let err = Config::parse(&bad_lsn).unwrap().check().unwrap_err();
+        assert!(err.to_string().contains("start_lsn"), "{err}");
+
+        assert!(TableRef::parse("a.b.c").is_err());
+        assert!(TableRef::parse(".b").is_err());
+    }
+}

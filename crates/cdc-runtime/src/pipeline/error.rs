@@ -1,0 +1,65 @@
+//! [`PipelineError`].
+
+use crate::event::ConvertError;
+use crate::replication::ReplicationError;
+use crate::sinks::SinkError;
+
+/// Why a pipeline stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// The replication connection failed.
+    #[error("replication: {0}")]
+    Replication(#[from] ReplicationError),
+    /// A replication message could not be decoded.
+    #[error("decoding the replication stream: {0}")]
+    Decode(#[from] cdc_core::DecodeError),
+    /// The server sent messages in an impossible order.
+    #[error("replication protocol: {0}")]
+    Protocol(#[from] cdc_core::ProtocolError),
+    /// A transaction event could not be turned into change events.
+    #[error("converting changes: {0}")]
+    Convert(#[from] ConvertError),
+    /// A sink failed.
+    #[error("sink: {0}")]
+    Sink(#[from] SinkError),
+    /// A sink task stopped unexpectedly (panicked or was cancelled).
+    #[error("a sink task stopped unexpectedly")]
+    SinkStopped,
+    /// No sinks were configured.
+    #[error("the pipeline has no sinks")]
+    NoSinks,
+    /// Streamed in-progress transactions need more memory than allowed.
+    #[error("streamed in-progress transactions hold {buffered} bytes, more than pipeline.byte_budget = {budget}; raise pipeline.byte_budget (spilling to disk is not implemented)")]
+    ByteBudgetExceeded {
+        /// The budget.
+        budget: usize,
+        /// What was buffered.
+        buffered: usize,
+    },
+    /// Transient errors persisted through every reconnect attempt.
+    #[error("giving up after {attempts} reconnect attempts: {last}")]
+    RetriesExhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// The last error.
+        last: Box<PipelineError>,
+    },
+    /// Shutdown was requested before streaming started (not an error for callers of `run`).
+    #[doc(hidden)]
+    #[error("shut down while connecting")]
+    ShutdownWhileConnecting,
+    /// A bug.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+}
+
+impl PipelineError {
+    /// Whether reconnecting may help: transient replication errors only.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            PipelineError::Replication(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+}

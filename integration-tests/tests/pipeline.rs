@@ -1,0 +1,544 @@
+//! End-to-end tests of the streaming pipeline against a real server.
+// Test code: a failed step must fail the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cdc_core::Lsn;
+use cdc_runtime::config::{Config, SourceConfig};
+use cdc_runtime::encoding::{JsonEncoder, JsonFormat};
+use cdc_runtime::event::ChangeEvent;
+use cdc_runtime::pipeline::{Backoff, Pipeline, PipelineOptions, Progress};
+use cdc_runtime::replication::ReplicationConnection;
+use cdc_runtime::setup::{prepare, SetupError, SetupMode};
+use cdc_runtime::sinks::{FileSink, FileSinkOptions, Sink, SinkError};
+use integration_tests::{ClusterOptions, TestDatabase, TestPostgres};
+use serde_json::Value;
+use tokio::sync::{oneshot, watch, Semaphore};
+use tokio_postgres::Client;
+
+/// How long any awaited condition may take before the test fails.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn source_config(db: &TestDatabase, tables: &[&str], slot: &str) -> SourceConfig {
+    let tables = tables
+        .iter()
+        .map(|t| format!("{t:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let password = db
+        .password()
+        .map(|p| format!("password = {p:?}\n"))
+        .unwrap_or_default();
+    let text = format!(
+        r#"
+        [source]
+        host = {host:?}
+        port = {port}
+        database = {dbname:?}
+        user = {user:?}
+        {password}
+        sslmode = "disable"
+        tables = [{tables}]
+        slot = {slot:?}
+        publication = "pgcdc_pub"
+
+        [[sinks]]
+        type = "null"
+        "#,
+        host = db.host(),
+        port = db.port(),
+        dbname = db.name(),
+        user = db.user(),
+    );
+    let config = Config::parse(&text).unwrap();
+    config.check().unwrap();
+    config.source
+}
+
+async fn setup(source: &SourceConfig) -> Result<(), SetupError> {
+    let rc = source.replication_config().unwrap();
+    let mut conn = ReplicationConnection::connect(&rc).await?;
+    prepare(&mut conn, source, SetupMode::Create).await?;
+    conn.close().await?;
+    Ok(())
+}
+
+fn options(source: &SourceConfig) -> PipelineOptions {
+    let mut o = PipelineOptions::new(
+        source.replication_config().unwrap(),
+        &source.slot,
+        &source.publication,
+    );
+    o.status_interval = Duration::from_millis(100);
+    o.batch_size = 50;
+    o.backoff = Backoff {
+        initial: Duration::from_millis(50),
+        max: Duration::from_millis(500),
+        max_attempts: Some(20),
+    };
+    o
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pgcdc-pipeline-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+type RunHandle = (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<Progress, cdc_runtime::pipeline::PipelineError>>,
+    watch::Receiver<Progress>,
+);
+
+fn spawn(options: PipelineOptions, sinks: Vec<Box<dyn Sink>>) -> RunHandle {
+    let pipeline = Pipeline::new(options, sinks);
+    let progress = pipeline.progress();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(pipeline.run(async move {
+        let _ = stopped.await;
+    }));
+    (stop, task, progress)
+}
+
+/// Waits until `cond` holds for the pipeline's progress.
+async fn await_progress(rx: &mut watch::Receiver<Progress>, cond: impl Fn(&Progress) -> bool) {
+    tokio::time::timeout(TIMEOUT, rx.wait_for(|p| cond(p)))
+        .await
+        .expect("timed out waiting for pipeline progress")
+        .expect("pipeline ended");
+}
+
+/// Polls a server-side condition (there is no notification for these).
+async fn await_query<T>(
+    mut check: impl FnMut() -> Pin<Box<dyn Future<Output = Option<T>> + Send>>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for the server"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn read_lines(base: &Path) -> Vec<Value> {
+    let mut out = Vec::new();
+    for file in FileSink::files(base).unwrap() {
+        for line in std::fs::read_to_string(file).unwrap().lines() {
+            out.push(serde_json::from_str(line).unwrap());
+        }
+    }
+    out
+}
+
+async fn slot_confirmed(client: &Client, slot: &str) -> Option<Lsn> {
+    let row = client
+        .query_one(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap();
+    row.get::<_, Option<String>>(0).map(|s| s.parse().unwrap())
+}
+
+#[tokio::test]
+async fn changes_reach_the_file_sink_and_match_the_table() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE items (id int PRIMARY KEY, name text, qty int);
+             CREATE TABLE other (id int PRIMARY KEY);",
+        )
+        .await
+        .unwrap();
+    let source = source_config(&db, &["items", "public.other"], "pgcdc_e2e");
+    setup(&source).await.unwrap();
+
+    let dir = temp_dir("e2e");
+    let base = dir.join("out.jsonl");
+    let sink = FileSink::open(
+        FileSinkOptions {
+            path: base.clone(),
+            max_file_bytes: 4096,
+        },
+        JsonEncoder::new(JsonFormat::Plain),
+    )
+    .await
+    .unwrap();
+    let (stop, task, mut progress) = spawn(options(&source), vec![Box::new(sink)]);
+
+    client
+        .batch_execute(
+            "INSERT INTO items SELECT g, 'item ' || g, g FROM generate_series(1, 120) g;
+             UPDATE items SET qty = qty * 10 WHERE id % 3 = 0;
+             DELETE FROM items WHERE id % 7 = 0;
+             INSERT INTO other VALUES (1), (2);
+             TRUNCATE other;
+             BEGIN; SELECT pg_logical_emit_message(true, 'pgcdc-test', 'hello'); INSERT INTO items VALUES (1000, 'last', 1); COMMIT;",
+        )
+        .await
+        .unwrap();
+    // 120 inserts + 40 updates + 17 deletes + 2 inserts + 1 truncate + 1 message + 1 insert.
+    await_progress(&mut progress, |p| p.events >= 182).await;
+    stop.send(()).unwrap();
+    let final_progress = task.await.unwrap().unwrap();
+    assert_eq!(final_progress.events, 182);
+
+    let lines = read_lines(&base);
+    assert_eq!(lines.len(), 182);
+    assert!(
+        FileSink::files(&base).unwrap().len() > 1,
+        "rotation expected"
+    );
+    let mut rows: BTreeMap<i64, (String, i64)> = BTreeMap::new();
+    let (mut truncates, mut messages) = (0, 0);
+    for l in &lines {
+        match l["op"].as_str().unwrap() {
+            "insert" | "update" if l["table"] == "items" => {
+                let after = &l["after"];
+                rows.insert(
+                    after["id"].as_i64().unwrap(),
+                    (
+                        after["name"].as_str().unwrap().to_owned(),
+                        after["qty"].as_i64().unwrap(),
+                    ),
+                );
+            }
+            "delete" if l["table"] == "items" => {
+                rows.remove(&l["before"]["id"].as_i64().unwrap());
+            }
+            "truncate" => {
+                assert_eq!(l["table"], "other");
+                truncates += 1;
+            }
+            "message" => {
+                assert_eq!(l["message"]["prefix"], "pgcdc-test");
+                assert_eq!(l["message"]["transactional"], true);
+                messages += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!((truncates, messages), (1, 1));
+    let table: BTreeMap<i64, (String, i64)> = client
+        .query("SELECT id, name, qty FROM items", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                i64::from(r.get::<_, i32>(0)),
+                (r.get::<_, String>(1), i64::from(r.get::<_, i32>(2))),
+            )
+        })
+        .collect();
+    assert_eq!(rows, table);
+
+    // After a clean shutdown the slot is confirmed at the last commit, and
+    // nothing after it was skipped.
+    let confirmed = slot_confirmed(&client, "pgcdc_e2e").await.unwrap();
+    assert_eq!(confirmed, final_progress.confirmed);
+    let last_commit: Lsn = lines.last().unwrap()["commit_lsn"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(confirmed > last_commit, "{confirmed} <= {last_commit}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A sink that records events and whose flush waits for a permit.
+struct GatedSink {
+    events: Arc<Mutex<Vec<ChangeEvent>>>,
+    written: watch::Sender<usize>,
+    gate: Arc<Semaphore>,
+}
+
+impl Sink for GatedSink {
+    fn write<'a, 'b, 'c>(
+        &'a mut self,
+        batch: &'b [ChangeEvent],
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + 'c>>
+    where
+        'a: 'c,
+        'b: 'c,
+        Self: 'c,
+    {
+        Box::pin(async move {
+            let mut events = self.events.lock().unwrap();
+            events.extend_from_slice(batch);
+            self.written.send_replace(events.len());
+            Ok(())
+        })
+    }
+
+    fn flush<'a, 'c>(
+        &'a mut self,
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + 'c>>
+    where
+        'a: 'c,
+        Self: 'c,
+    {
+        Box::pin(async move {
+            self.gate.acquire().await.unwrap().forget();
+            Ok(())
+        })
+    }
+
+    fn close<'a, 'c>(
+        &'a mut self,
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + 'c>>
+    where
+        'a: 'c,
+        Self: 'c,
+    {
+        Box::pin(async move { Ok(()) })
+    }
+}
+
+#[tokio::test]
+async fn the_slot_is_never_confirmed_past_what_the_sink_flushed() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = Arc::new(db.connect().await.unwrap());
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let source = source_config(&db, &["t"], "pgcdc_gate");
+    setup(&source).await.unwrap();
+    let before = slot_confirmed(&client, "pgcdc_gate").await.unwrap();
+
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let (written_tx, mut written) = watch::channel(0usize);
+    let gate = Arc::new(Semaphore::new(0));
+    let sink = GatedSink {
+        events: events.clone(),
+        written: written_tx,
+        gate: gate.clone(),
+    };
+    let (stop, task, mut progress) = spawn(options(&source), vec![Box::new(sink)]);
+
+    client
+        .batch_execute("INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    tokio::time::timeout(TIMEOUT, written.wait_for(|n| *n >= 1))
+        .await
+        .unwrap()
+        .unwrap();
+    let commit_lsn = events.lock().unwrap()[0].source.commit_lsn;
+    // Wait for a status update sent after the write (reply_time moves on),
+    // while the flush is still blocked.
+    let t0: std::time::SystemTime = client.query_one("SELECT now()", &[]).await.unwrap().get(0);
+    let c = client.clone();
+    await_query(move || {
+        let c = c.clone();
+        Box::pin(async move {
+            let row = c
+                .query_opt(
+                    "SELECT r.reply_time FROM pg_stat_replication r \
+                     JOIN pg_replication_slots s ON s.active_pid = r.pid \
+                     WHERE s.slot_name = 'pgcdc_gate'",
+                    &[],
+                )
+                .await
+                .unwrap()?;
+            let reply: Option<std::time::SystemTime> = row.get(0);
+            reply.filter(|r| *r > t0).map(|_| ())
+        })
+    })
+    .await;
+    let held = slot_confirmed(&client, "pgcdc_gate").await.unwrap();
+    assert!(
+        held < commit_lsn,
+        "confirmed {held} passed the unflushed commit {commit_lsn}"
+    );
+    assert_eq!(held, before);
+    assert!(progress.borrow().confirmed < commit_lsn);
+
+    // Let the flush through: the slot follows, to the transaction's end.
+    gate.add_permits(1000);
+    await_progress(&mut progress, |p| p.confirmed > commit_lsn).await;
+    let c = client.clone();
+    let confirmed = await_query(move || {
+        let c = c.clone();
+        Box::pin(async move {
+            slot_confirmed(&c, "pgcdc_gate")
+                .await
+                .filter(|l| *l > commit_lsn)
+        })
+    })
+    .await;
+    assert!(confirmed <= progress.borrow().confirmed);
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn wal_level_replica_is_a_clear_error() {
+    let cluster = TestPostgres::dedicated(ClusterOptions::new().setting("wal_level", "replica"))
+        .await
+        .unwrap();
+    let db = cluster.create_database().await.unwrap();
+    db.connect()
+        .await
+        .unwrap()
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let err = setup(&source_config(&db, &["t"], "s")).await.unwrap_err();
+    assert!(
+        matches!(err, SetupError::WalLevel(ref l) if l == "replica"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "wal_level is 'replica'; set wal_level=logical and restart the server"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_table_is_a_clear_error() {
+    let db = TestPostgres::new_database().await.unwrap();
+    db.connect()
+        .await
+        .unwrap()
+        .batch_execute("CREATE TABLE present (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let source = source_config(&db, &["present", "app.absent"], "pgcdc_missing");
+    let err = setup(&source).await.unwrap_err();
+    assert!(
+        err.to_string().contains("app.absent does not exist"),
+        "{err}"
+    );
+    // Nothing was created on the way.
+    let client = db.connect().await.unwrap();
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM pg_publication", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+}
+
+#[tokio::test]
+async fn reconnects_after_the_walsender_is_terminated_without_losing_commits() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let source = source_config(&db, &["t"], "pgcdc_reconnect");
+    setup(&source).await.unwrap();
+    let dir = temp_dir("reconnect");
+    let base = dir.join("out.jsonl");
+    let sink = FileSink::open(
+        FileSinkOptions {
+            path: base.clone(),
+            max_file_bytes: 0,
+        },
+        JsonEncoder::new(JsonFormat::Plain),
+    )
+    .await
+    .unwrap();
+    let (stop, task, mut progress) = spawn(options(&source), vec![Box::new(sink)]);
+
+    client
+        .batch_execute("INSERT INTO t SELECT generate_series(1, 50)")
+        .await
+        .unwrap();
+    await_progress(&mut progress, |p| p.events >= 50).await;
+    let killed: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+             WHERE slot_name = 'pgcdc_reconnect' AND active_pid IS NOT NULL) k",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1);
+    // Commits made while the pipeline is disconnected.
+    client
+        .batch_execute("INSERT INTO t SELECT generate_series(51, 100)")
+        .await
+        .unwrap();
+    await_progress(&mut progress, |p| p.reconnects >= 1).await;
+    // Any commit ending after `before_last` is the last insert's (or later),
+    // so a confirmed position past it means the last insert was flushed.
+    let before_last: Lsn = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get::<_, String>(0)
+        .parse()
+        .unwrap();
+    client
+        .batch_execute("INSERT INTO t SELECT generate_series(101, 150)")
+        .await
+        .unwrap();
+    await_progress(&mut progress, |p| p.confirmed > before_last).await;
+    stop.send(()).unwrap();
+    let done = task.await.unwrap().unwrap();
+    assert!(done.reconnects >= 1);
+
+    let mut ids: Vec<i64> = read_lines(&base)
+        .iter()
+        .filter(|l| l["op"] == "insert")
+        .map(|l| l["after"]["id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids, (1..=150).collect::<Vec<i64>>());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_streamed_transaction_over_the_byte_budget_stops_with_the_setting_named() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    // Make the walsender stream in-progress transactions early.
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE big (id int PRIMARY KEY, pad text);
+             ALTER DATABASE \"{}\" SET logical_decoding_work_mem = '64kB';",
+            db.name()
+        ))
+        .await
+        .unwrap();
+    let source = source_config(&db, &["big"], "pgcdc_budget");
+    setup(&source).await.unwrap();
+    let mut opts = options(&source);
+    opts.byte_budget = 32 * 1024;
+    let (_stop, task, _progress) = spawn(opts, vec![Box::new(cdc_runtime::sinks::NullSink::new())]);
+    client
+        .batch_execute("INSERT INTO big SELECT g, repeat('x', 100) FROM generate_series(1, 5000) g")
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(TIMEOUT, task)
+        .await
+        .expect("the pipeline should stop")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(err, cdc_runtime::pipeline::PipelineError::ByteBudgetExceeded { budget, buffered } if budget == 32 * 1024 && buffered > budget),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("pipeline.byte_budget"), "{err}");
+}
