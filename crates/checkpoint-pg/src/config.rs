@@ -178,15 +178,19 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_limits_enforced() {
         assert_eq!(PgStoreConfig::default().validate(), Ok(()));
-        let mut c = PgStoreConfig::default();
-        c.table = "t".repeat(49);
+        let mut c = PgStoreConfig {
+            table: "t".repeat(49),
+            ..PgStoreConfig::default()
+        };
         assert!(matches!(c.validate(), Err(ConfigError::InvalidName { .. })));
         c.table = "t".repeat(48);
         assert_eq!(c.validate(), Ok(()));
         c.schema = "a\0b".into();
         assert!(c.validate().is_err());
-        let mut c = PgStoreConfig::default();
-        c.keep_on_save = Some(0);
+        let mut c = PgStoreConfig {
+            keep_on_save: Some(0),
+            ..PgStoreConfig::default()
+        };
         assert!(c.validate().is_err());
         c.keep_on_save = None;
         c.row_chunk_size = 0;

@@ -189,9 +189,11 @@ mod tests {
         assert_eq!(quote_ident("plain"), "\"plain\"");
         assert_eq!(quote_ident("a \"b\" c"), "\"a \"\"b\"\" c\"");
         assert_eq!(quote_literal("it's"), "'it''s'");
-        let mut c = PgStoreConfig::default();
-        c.schema = "my \"schema".into();
-        c.table = "cp s".into();
+        let c = PgStoreConfig {
+            schema: "my \"schema".into(),
+            table: "cp s".into(),
+            ..PgStoreConfig::default()
+        };
         let n = Names::new(&c);
         assert_eq!(n.checkpoints, "\"my \"\"schema\".\"cp s\"");
         assert_eq!(n.chunks, "\"my \"\"schema\".\"cp s_chunks\"");
