@@ -1,0 +1,306 @@
+//! checkpoint-pg against the raw limits of the same server and client library.
+//!
+//! Starts its own throwaway server through the test harness. Measures save and load of 1,
+//! 64 and 256 MiB states (random bytes) in both large layouts, the latency of 1000 tiny
+//! saves, and as baselines: 256 MiB as 1 MiB `lo_put`/`lo_get` calls, as 1 MiB BYTEA rows
+//! through binary `COPY` in and out, and 1000 single-row upserts.
+//!
+//! `cargo bench -p pgcdc-benches --bench checkpoint_pg`; `PGCDC_BENCH_REPS` (default 3) sets
+//! the repetitions of each big-state measurement (the median is reported).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cdc_core::Lsn;
+use checkpoint_api::{
+    Checkpoint, CheckpointId, CheckpointStore, JobName, OperatorState, OwnerId, ProtocolOptions,
+    SourcePosition, Timestamp,
+};
+use checkpoint_pg::{LargeLayout, PgCheckpointStore, PgStoreConfig};
+use futures_util::{pin_mut, TryStreamExt};
+use integration_tests::{TestDatabase, TestPostgres};
+use tokio_postgres::binary_copy::{BinaryCopyInWriter, BinaryCopyOutStream};
+use tokio_postgres::types::Type;
+use tokio_postgres::Client;
+
+const MIB: usize = 1 << 20;
+
+fn noise(len: usize, seed: u64) -> Bytes {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    Bytes::from(out)
+}
+
+fn mbps(bytes: usize, d: Duration) -> f64 {
+    bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or_default()
+}
+
+fn checkpoint(job: &JobName, id: u64, state: Bytes) -> Checkpoint {
+    let mut cp = Checkpoint::new(
+        job.clone(),
+        CheckpointId::new(id).unwrap(),
+        Timestamp::from_unix_micros(id as i64),
+        SourcePosition {
+            commit_end_lsn: Lsn::from_u64(id * 64),
+            slot: "bench".into(),
+            publications: vec!["p".into()],
+            protocol: ProtocolOptions::default(),
+        },
+    );
+    cp.operators.push(OperatorState {
+        id: "state".into(),
+        kind: "blob".into(),
+        state_version: 1,
+        state,
+    });
+    cp
+}
+
+struct Raw {
+    lo_write: f64,
+    lo_read: f64,
+    copy_write: f64,
+    copy_read: f64,
+    upsert_p50: Duration,
+    upsert_p99: Duration,
+}
+
+async fn raw(client: &mut Client, reps: usize) -> Raw {
+    let blob = noise(256 * MIB, 7);
+    let (mut lw, mut lr, mut cw, mut cr) = (vec![], vec![], vec![], vec![]);
+    client
+        .batch_execute(
+            "CREATE TABLE raw_rows (seq int PRIMARY KEY, data bytea NOT NULL);
+             ALTER TABLE raw_rows ALTER COLUMN data SET STORAGE EXTERNAL;
+             CREATE TABLE raw_kv (k text PRIMARY KEY, v bytea NOT NULL);",
+        )
+        .await
+        .unwrap();
+    for _ in 0..reps {
+        // Large object, 1 MiB lo_put calls, one transaction.
+        let tx = client.transaction().await.unwrap();
+        let start = Instant::now();
+        let oid: u32 = tx
+            .query_one("SELECT lo_create(0)", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let put = tx.prepare("SELECT lo_put($1, $2, $3)").await.unwrap();
+        for (i, chunk) in blob.chunks(MIB).enumerate() {
+            let at = (i * MIB) as i64;
+            tx.execute(&put, &[&oid, &at, &chunk]).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        lw.push(mbps(blob.len(), start.elapsed()));
+        let start = Instant::now();
+        let get = client.prepare("SELECT lo_get($1, $2, $3)").await.unwrap();
+        let mut n = 0;
+        for i in 0..256 {
+            let at = (i * MIB) as i64;
+            let r = client
+                .query_one(&get, &[&oid, &at, &(MIB as i32)])
+                .await
+                .unwrap();
+            n += r.get::<_, &[u8]>(0).len();
+        }
+        assert_eq!(n, blob.len());
+        lr.push(mbps(n, start.elapsed()));
+        client
+            .execute("SELECT lo_unlink($1)", &[&oid])
+            .await
+            .unwrap();
+
+        // 1 MiB BYTEA rows through binary COPY.
+        client.batch_execute("TRUNCATE raw_rows").await.unwrap();
+        let start = Instant::now();
+        let tx = client.transaction().await.unwrap();
+        let sink = tx
+            .copy_in("COPY raw_rows (seq, data) FROM STDIN (FORMAT binary)")
+            .await
+            .unwrap();
+        let writer = BinaryCopyInWriter::new(sink, &[Type::INT4, Type::BYTEA]);
+        pin_mut!(writer);
+        for (i, chunk) in blob.chunks(MIB).enumerate() {
+            writer.as_mut().write(&[&(i as i32), &chunk]).await.unwrap();
+        }
+        writer.finish().await.unwrap();
+        tx.commit().await.unwrap();
+        cw.push(mbps(blob.len(), start.elapsed()));
+        let start = Instant::now();
+        let out = client
+            .copy_out("COPY (SELECT data FROM raw_rows ORDER BY seq) TO STDOUT (FORMAT binary)")
+            .await
+            .unwrap();
+        let rows = BinaryCopyOutStream::new(out, &[Type::BYTEA]);
+        pin_mut!(rows);
+        let mut n = 0;
+        while let Some(row) = rows.try_next().await.unwrap() {
+            n += row.get::<&[u8]>(0).len();
+        }
+        assert_eq!(n, blob.len());
+        cr.push(mbps(n, start.elapsed()));
+    }
+    let upsert = client
+        .prepare(
+            "INSERT INTO raw_kv (k, v) VALUES ($1, $2)
+             ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
+        )
+        .await
+        .unwrap();
+    let value = noise(300, 3);
+    let mut lat = Vec::with_capacity(1000);
+    for i in 0..1100 {
+        let start = Instant::now();
+        client
+            .execute(&upsert, &[&"job", &&value[..]])
+            .await
+            .unwrap();
+        if i >= 100 {
+            lat.push(start.elapsed());
+        }
+    }
+    lat.sort();
+    Raw {
+        lo_write: median(lw),
+        lo_read: median(lr),
+        copy_write: median(cw),
+        copy_read: median(cr),
+        upsert_p50: percentile(&lat, 0.5),
+        upsert_p99: percentile(&lat, 0.99),
+    }
+}
+
+async fn store_for(db: &TestDatabase, layout: LargeLayout, table: &str) -> PgCheckpointStore {
+    let mut config = PgStoreConfig::default();
+    config.large_layout = layout;
+    config.table = table.into();
+    config.keep_on_save = Some(2);
+    PgCheckpointStore::connect(db.config(), config)
+        .await
+        .unwrap()
+}
+
+/// Median save and load MB/s of a `size`-byte state.
+async fn big(store: &PgCheckpointStore, size: usize, reps: usize) -> (f64, f64) {
+    let job = JobName::new(format!("big-{size}")).unwrap();
+    let lease = store
+        .acquire_lease(&job, &OwnerId::new("bench").unwrap())
+        .await
+        .unwrap();
+    let state = noise(size, size as u64);
+    let (mut s, mut l) = (vec![], vec![]);
+    for rep in 0..reps as u64 {
+        let cp = checkpoint(&job, rep + 1, state.clone());
+        let start = Instant::now();
+        store.save(&lease, &cp).await.unwrap();
+        s.push(mbps(size, start.elapsed()));
+        let start = Instant::now();
+        let back = store.load(&job, cp.id).await.unwrap();
+        l.push(mbps(size, start.elapsed()));
+        assert_eq!(back.checkpoint.state_len(), size as u64);
+    }
+    (median(s), median(l))
+}
+
+async fn tiny(store: &PgCheckpointStore) -> (Duration, Duration) {
+    let job = JobName::new("tiny").unwrap();
+    let lease = store
+        .acquire_lease(&job, &OwnerId::new("bench").unwrap())
+        .await
+        .unwrap();
+    let state = noise(200, 1);
+    let mut lat = Vec::with_capacity(1000);
+    for n in 1..=1100u64 {
+        let cp = checkpoint(&job, n, state.clone());
+        let start = Instant::now();
+        store.save(&lease, &cp).await.unwrap();
+        if n > 100 {
+            lat.push(start.elapsed());
+        }
+    }
+    lat.sort();
+    (percentile(&lat, 0.5), percentile(&lat, 0.99))
+}
+
+async fn run() {
+    let reps: usize = std::env::var("PGCDC_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let db = TestPostgres::new_database().await.unwrap();
+    let mut client = db.connect().await.unwrap();
+    eprintln!("raw baselines ({reps} reps)...");
+    let raw = raw(&mut client, reps).await;
+    let faster_write = raw.lo_write.max(raw.copy_write);
+    let faster_read = raw.lo_read.max(raw.copy_read);
+
+    println!("| measurement | save MB/s | load MB/s | save / faster raw | load / faster raw |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| raw: 256 MiB as 1 MiB lo_put / lo_get | {:.0} | {:.0} | | |",
+        raw.lo_write, raw.lo_read
+    );
+    println!(
+        "| raw: 256 MiB as 1 MiB BYTEA rows, binary COPY in / out | {:.0} | {:.0} | | |",
+        raw.copy_write, raw.copy_read
+    );
+    for (layout, table) in [
+        (LargeLayout::ChunkRows, "cp_rows"),
+        (LargeLayout::LargeObject, "cp_lo"),
+    ] {
+        let store = store_for(&db, layout, table).await;
+        for size in [MIB, 64 * MIB, 256 * MIB] {
+            eprintln!("{layout:?} {} MiB...", size / MIB);
+            let (s, l) = big(&store, size, reps).await;
+            println!(
+                "| store {layout:?}: {} MiB state | {s:.0} | {l:.0} | {:.0}% | {:.0}% |",
+                size / MIB,
+                100.0 * s / faster_write,
+                100.0 * l / faster_read
+            );
+        }
+    }
+    let store = store_for(&db, LargeLayout::ChunkRows, "cp_tiny").await;
+    let (p50, p99) = tiny(&store).await;
+    println!();
+    println!("| tiny (single row) | p50 | p99 | p99 / raw p99 |");
+    println!("|---|---|---|---|");
+    println!(
+        "| raw upsert (prepared) | {:.3} ms | {:.3} ms | |",
+        raw.upsert_p50.as_secs_f64() * 1e3,
+        raw.upsert_p99.as_secs_f64() * 1e3
+    );
+    println!(
+        "| store save, tiny state (1000 saves, retention 2) | {:.3} ms | {:.3} ms | {:.2}x |",
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3,
+        p99.as_secs_f64() / raw.upsert_p99.as_secs_f64()
+    );
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}

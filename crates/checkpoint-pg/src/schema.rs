@@ -1,0 +1,202 @@
+//! Table names (always quoted) and versioned, idempotent migrations.
+
+use crate::config::PgStoreConfig;
+use crate::error::pg;
+use checkpoint_api::CheckpointError;
+
+/// Quotes an identifier: wraps it in `"` and doubles every `"` inside.
+pub fn quote_ident(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        if c == '"' {
+            out.push('"');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// Quotes a string literal (for `COMMENT`, which takes no parameters).
+fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// The quoted, schema-qualified names of the store's tables.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub(crate) schema: String,
+    pub(crate) checkpoints: String,
+    pub(crate) leases: String,
+    pub(crate) chunks: String,
+    pub(crate) large_objects: String,
+    pub(crate) version: String,
+    /// `schema.table`, unquoted, for the advisory-lock key.
+    pub(crate) lock_key: String,
+}
+
+impl Names {
+    pub(crate) fn new(config: &PgStoreConfig) -> Self {
+        let schema = quote_ident(&config.schema);
+        let q = |suffix: &str| {
+            format!(
+                "{schema}.{}",
+                quote_ident(&format!("{}{suffix}", config.table))
+            )
+        };
+        Names {
+            checkpoints: q(""),
+            leases: q("_leases"),
+            chunks: q("_chunks"),
+            large_objects: q("_large_objects"),
+            version: q(crate::config::LONGEST_SUFFIX),
+            lock_key: format!("{}.{}", config.schema, config.table),
+            schema,
+        }
+    }
+}
+
+/// First key of the advisory lock held while migrating ("pgcd" in ASCII).
+const LOCK_CLASS: i32 = 0x7067_6364;
+
+/// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
+fn migrations(n: &Names) -> Vec<String> {
+    vec![format!(
+        "CREATE TABLE IF NOT EXISTS {leases} (
+            job text PRIMARY KEY,
+            epoch bigint NOT NULL CHECK (epoch > 0),
+            owner text NOT NULL,
+            highest_id bigint,
+            acquired_at timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE TABLE IF NOT EXISTS {cps} (
+            job text NOT NULL,
+            checkpoint_id bigint NOT NULL CHECK (checkpoint_id > 0),
+            commit_end_lsn pg_lsn NOT NULL,
+            created_at_us bigint NOT NULL,
+            saved_at timestamptz NOT NULL DEFAULT now(),
+            format_version integer NOT NULL,
+            stored_bytes bigint NOT NULL,
+            crc32c bigint NOT NULL,
+            storage text NOT NULL CHECK (storage IN ('inline', 'chunk_rows', 'large_object')),
+            chunk_size bigint NOT NULL,
+            chunk_count bigint NOT NULL,
+            writer_epoch bigint NOT NULL,
+            data bytea,
+            lo_oid oid,
+            PRIMARY KEY (job, checkpoint_id)
+        );
+        ALTER TABLE {cps} ALTER COLUMN data SET STORAGE EXTERNAL;
+        CREATE TABLE IF NOT EXISTS {chunks} (
+            job text NOT NULL,
+            checkpoint_id bigint NOT NULL,
+            seq integer NOT NULL,
+            data bytea NOT NULL,
+            PRIMARY KEY (job, checkpoint_id, seq),
+            FOREIGN KEY (job, checkpoint_id) REFERENCES {cps} (job, checkpoint_id)
+                ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED
+        );
+        ALTER TABLE {chunks} ALTER COLUMN data SET STORAGE EXTERNAL;
+        CREATE TABLE IF NOT EXISTS {lobs} (
+            lo_oid oid PRIMARY KEY,
+            job text NOT NULL,
+            checkpoint_id bigint NOT NULL
+        );
+        COMMENT ON TABLE {lobs} IS {comment};",
+        leases = n.leases,
+        cps = n.checkpoints,
+        chunks = n.chunks,
+        lobs = n.large_objects,
+        comment = quote_literal("large objects written by pgcdc checkpoint-pg; vacuum() unlinks those no checkpoint references"),
+    )]
+}
+
+/// Creates or upgrades the schema; returns the version now in place.
+///
+/// Runs in one transaction under a transaction-scoped advisory lock, so two processes
+/// starting at once apply each migration exactly once.
+pub(crate) async fn migrate(
+    client: &mut deadpool_postgres::Object,
+    names: &Names,
+) -> Result<i32, CheckpointError> {
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| pg("migration: begin", e))?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+        &[&LOCK_CLASS, &names.lock_key],
+    )
+    .await
+    .map_err(|e| pg("migration: advisory lock", e))?;
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+         CREATE TABLE IF NOT EXISTS {version} (
+             version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );",
+        schema = names.schema,
+        version = names.version,
+    ))
+    .await
+    .map_err(|e| pg("migration: schema_version table", e))?;
+    let current: i32 = tx
+        .query_one(
+            &format!("SELECT coalesce(max(version), 0) FROM {}", names.version),
+            &[],
+        )
+        .await
+        .map_err(|e| pg("migration: read version", e))?
+        .try_get(0)
+        .map_err(|e| pg("migration: read version", e))?;
+    if current > SCHEMA_VERSION {
+        return Err(crate::error::definite(format!(
+            "schema version {current} is newer than {SCHEMA_VERSION}, the newest this build knows"
+        )));
+    }
+    let all = migrations(names);
+    let mut version = current;
+    for (i, sql) in all.iter().enumerate() {
+        let v = i32::try_from(i + 1).unwrap_or(i32::MAX);
+        if v <= current {
+            continue;
+        }
+        tx.batch_execute(sql)
+            .await
+            .map_err(|e| pg(&format!("migration {v}"), e))?;
+        tx.execute(
+            &format!("INSERT INTO {} (version) VALUES ($1)", names.version),
+            &[&v],
+        )
+        .await
+        .map_err(|e| pg("migration: record version", e))?;
+        version = v;
+    }
+    tx.commit().await.map_err(|e| pg("migration: commit", e))?;
+    Ok(version)
+}
+
+/// The schema version this build creates and understands.
+pub const SCHEMA_VERSION: i32 = 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quote_ident("plain"), "\"plain\"");
+        assert_eq!(quote_ident("a \"b\" c"), "\"a \"\"b\"\" c\"");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        let c = PgStoreConfig {
+            schema: "my \"schema".into(),
+            table: "cp s".into(),
+            ..PgStoreConfig::default()
+        };
+        let n = Names::new(&c);
+        assert_eq!(n.checkpoints, "\"my \"\"schema\".\"cp s\"");
+        assert_eq!(n.chunks, "\"my \"\"schema\".\"cp s_chunks\"");
+        assert_eq!(migrations(&n).len(), SCHEMA_VERSION as usize);
+    }
+}

@@ -1,0 +1,172 @@
+//! The SQL the store runs, built once per store from the quoted names.
+
+use crate::schema::Names;
+
+/// Statements, with table names filled in.
+#[derive(Debug, Clone)]
+pub(crate) struct Sql {
+    pub(crate) acquire: String,
+    pub(crate) save_inline: String,
+    pub(crate) lock_for_save: String,
+    pub(crate) insert_meta: String,
+    pub(crate) bump_highest: String,
+    pub(crate) copy_chunks: String,
+    pub(crate) record_lo: String,
+    pub(crate) retain_in_tx: String,
+    pub(crate) retain: String,
+    pub(crate) delete: String,
+    pub(crate) list: String,
+    pub(crate) list_desc: String,
+    pub(crate) read_chunks: String,
+    pub(crate) get: String,
+    pub(crate) vacuum: String,
+}
+
+/// Columns of a metadata row read back, in this order.
+pub(crate) const META_COLUMNS: &str =
+    "checkpoint_id, commit_end_lsn, created_at_us, stored_bytes, \
+     storage, chunk_size, chunk_count, lo_oid";
+
+impl Sql {
+    pub(crate) fn new(n: &Names) -> Self {
+        let cps = &n.checkpoints;
+        let leases = &n.leases;
+        let chunks = &n.chunks;
+        let lobs = &n.large_objects;
+        // Deletes the rows of $1 beyond the newest $2 (as this statement sees them), unlinks
+        // their large objects and forgets them, all in the statement's transaction. Chunk
+        // rows go by ON DELETE CASCADE.
+        let doomed = |cond: &str| {
+            format!(
+                "doomed AS (
+                    DELETE FROM {cps} WHERE job = $1 AND {cond} AND checkpoint_id IN (
+                        SELECT checkpoint_id FROM {cps} WHERE job = $1
+                        ORDER BY checkpoint_id DESC OFFSET $2)
+                    RETURNING lo_oid),
+                 unlinked AS (
+                    SELECT lo_unlink(d.lo_oid) FROM doomed d
+                    WHERE d.lo_oid IS NOT NULL
+                      AND EXISTS (SELECT 1 FROM pg_largeobject_metadata m WHERE m.oid = d.lo_oid)),
+                 forgotten AS (
+                    DELETE FROM {lobs} WHERE lo_oid IN (SELECT lo_oid FROM doomed))"
+            )
+        };
+        Sql {
+            acquire: format!(
+                "INSERT INTO {leases} AS l (job, epoch, owner) VALUES ($1, 1, $2)
+                 ON CONFLICT (job) DO UPDATE
+                 SET epoch = l.epoch + 1, owner = EXCLUDED.owner, acquired_at = now()
+                 RETURNING epoch"
+            ),
+            // One statement, hence one implicit transaction and one round trip: lock the
+            // lease row, check epoch, id and LSN, insert, bump the highest id, apply
+            // retention ($14 = rows to keep besides the new one; NULL keeps all).
+            save_inline: format!(
+                "WITH lease AS (
+                    SELECT epoch, highest_id FROM {leases} WHERE job = $1 FOR UPDATE),
+                 newest AS (
+                    SELECT commit_end_lsn FROM {cps} WHERE job = $1
+                    ORDER BY checkpoint_id DESC LIMIT 1),
+                 ok AS (
+                    SELECT 1 FROM lease
+                    WHERE lease.epoch = $3
+                      AND (lease.highest_id IS NULL OR lease.highest_id < $2)
+                      AND NOT EXISTS (SELECT 1 FROM newest WHERE newest.commit_end_lsn > $4)),
+                 ins AS (
+                    INSERT INTO {cps} (job, checkpoint_id, commit_end_lsn, created_at_us,
+                        format_version, stored_bytes, crc32c, storage, chunk_size, chunk_count,
+                        writer_epoch, data)
+                    SELECT $1, $2, $4, $5, $6, $7, $8, 'inline', $9, $10, $3, $11 FROM ok
+                    RETURNING checkpoint_id),
+                 bump AS (
+                    UPDATE {leases} SET highest_id = $2
+                    WHERE job = $1 AND EXISTS (SELECT 1 FROM ins)),
+                 doomed AS (
+                    DELETE FROM {cps} WHERE job = $1 AND $12::bigint IS NOT NULL
+                      AND EXISTS (SELECT 1 FROM ins)
+                      AND checkpoint_id IN (
+                        SELECT checkpoint_id FROM {cps} WHERE job = $1
+                        ORDER BY checkpoint_id DESC OFFSET $12)
+                    RETURNING lo_oid),
+                 unlinked AS (
+                    SELECT lo_unlink(d.lo_oid) FROM doomed d
+                    WHERE d.lo_oid IS NOT NULL
+                      AND EXISTS (SELECT 1 FROM pg_largeobject_metadata m WHERE m.oid = d.lo_oid)),
+                 forgotten AS (
+                    DELETE FROM {lobs} WHERE lo_oid IN (SELECT lo_oid FROM doomed))
+                 SELECT (SELECT epoch FROM lease), (SELECT highest_id FROM lease),
+                        (SELECT commit_end_lsn FROM newest), EXISTS (SELECT 1 FROM ins),
+                        (SELECT count(*) FROM unlinked)"
+            ),
+            lock_for_save: format!(
+                "SELECT l.epoch, l.highest_id,
+                        (SELECT commit_end_lsn FROM {cps} c WHERE c.job = $1
+                         ORDER BY c.checkpoint_id DESC LIMIT 1)
+                 FROM {leases} l WHERE l.job = $1 FOR UPDATE OF l"
+            ),
+            insert_meta: format!(
+                "INSERT INTO {cps} (job, checkpoint_id, commit_end_lsn, created_at_us,
+                    format_version, stored_bytes, crc32c, storage, chunk_size, chunk_count,
+                    writer_epoch, lo_oid)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+            ),
+            bump_highest: format!("UPDATE {leases} SET highest_id = $2 WHERE job = $1"),
+            copy_chunks: format!(
+                "COPY {chunks} (job, checkpoint_id, seq, data) FROM STDIN (FORMAT binary)"
+            ),
+            record_lo: format!(
+                "INSERT INTO {lobs} (lo_oid, job, checkpoint_id) VALUES (lo_create(0), $1, $2)
+                 RETURNING lo_oid"
+            ),
+            retain_in_tx: format!(
+                "WITH {} SELECT (SELECT count(*) FROM doomed), (SELECT count(*) FROM unlinked)",
+                doomed("true")
+            ),
+            // $3 = the writer's epoch; nothing is deleted unless it is current.
+            retain: format!(
+                "WITH lease AS (SELECT epoch FROM {leases} WHERE job = $1 FOR UPDATE),
+                 {} SELECT (SELECT epoch FROM lease), (SELECT count(*) FROM doomed),
+                           (SELECT count(*) FROM unlinked)",
+                doomed("EXISTS (SELECT 1 FROM lease WHERE lease.epoch = $3)")
+            ),
+            delete: format!(
+                "WITH lease AS (SELECT epoch FROM {leases} WHERE job = $1 FOR UPDATE),
+                 doomed AS (
+                    DELETE FROM {cps} WHERE job = $1 AND checkpoint_id = $2
+                      AND EXISTS (SELECT 1 FROM lease WHERE lease.epoch = $3)
+                    RETURNING lo_oid),
+                 unlinked AS (
+                    SELECT lo_unlink(d.lo_oid) FROM doomed d
+                    WHERE d.lo_oid IS NOT NULL
+                      AND EXISTS (SELECT 1 FROM pg_largeobject_metadata m WHERE m.oid = d.lo_oid)),
+                 forgotten AS (
+                    DELETE FROM {lobs} WHERE lo_oid IN (SELECT lo_oid FROM doomed))
+                 SELECT (SELECT epoch FROM lease), (SELECT count(*) FROM doomed),
+                        (SELECT count(*) FROM unlinked)"
+            ),
+            list: format!("SELECT {META_COLUMNS} FROM {cps} WHERE job = $1 ORDER BY checkpoint_id"),
+            get: format!(
+                "SELECT {META_COLUMNS}, data FROM {cps} WHERE job = $1 AND checkpoint_id = $2"
+            ),
+            list_desc: format!(
+                "SELECT {META_COLUMNS}, data FROM {cps} WHERE job = $1
+                 ORDER BY checkpoint_id DESC"
+            ),
+            read_chunks: format!(
+                "SELECT data FROM {chunks} WHERE job = $1 AND checkpoint_id = $2 ORDER BY seq"
+            ),
+            vacuum: format!(
+                "WITH orphans AS (
+                    SELECT o.lo_oid FROM {lobs} o
+                    WHERE NOT EXISTS (SELECT 1 FROM {cps} c WHERE c.lo_oid = o.lo_oid)
+                    FOR UPDATE OF o SKIP LOCKED),
+                 unlinked AS (
+                    SELECT lo_unlink(o.lo_oid) FROM orphans o
+                    WHERE EXISTS (SELECT 1 FROM pg_largeobject_metadata m WHERE m.oid = o.lo_oid)),
+                 forgotten AS (
+                    DELETE FROM {lobs} WHERE lo_oid IN (SELECT lo_oid FROM orphans))
+                 SELECT (SELECT count(*) FROM unlinked)"
+            ),
+        }
+    }
+}

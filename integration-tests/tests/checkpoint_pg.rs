@@ -1,0 +1,533 @@
+//! `checkpoint-pg` against a real PostgreSQL: the conformance suite, quoting, concurrent
+//! migrations, corruption, fencing, retention, vacuum and a connection killed mid-save.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cdc_core::Lsn;
+use checkpoint_api::testkit::conformance::{self, sample_checkpoint, StoreFactory};
+use checkpoint_api::{
+    Checkpoint, CheckpointError, CheckpointId, CheckpointStore, JobName, OperatorState, OwnerId,
+    StorageKind,
+};
+use checkpoint_pg::{LargeLayout, PgCheckpointStore, PgStoreConfig};
+use integration_tests::{TestDatabase, TestPostgres};
+use tokio_postgres::Client;
+
+/// A store factory on one test database; `corrupt` and `fail_next_save` act on the tables
+/// directly (a byte flipped in the stored bytes; a trigger that fails the metadata insert,
+/// which comes after all chunks are written).
+struct Factory {
+    db: TestDatabase,
+    config: PgStoreConfig,
+    admin: Client,
+    seq: AtomicU64,
+    store: PgCheckpointStore,
+}
+
+impl Factory {
+    async fn new(db: TestDatabase, config: PgStoreConfig) -> Factory {
+        let store = open(&db, config.clone(), "factory").await;
+        let admin = db.connect().await.unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE TABLE fail_jobs (job text PRIMARY KEY, seq regclass NOT NULL);
+                 CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+                 DECLARE s regclass;
+                 BEGIN
+                     SELECT f.seq INTO s FROM fail_jobs f WHERE f.job = NEW.job;
+                     -- Sequences are not transactional: the second save passes.
+                     IF s IS NOT NULL AND nextval(s) = 1 THEN
+                         RAISE EXCEPTION 'injected failure for job %', NEW.job;
+                     END IF;
+                     RETURN NEW;
+                 END $$;
+                 CREATE TRIGGER fail_once BEFORE INSERT ON {} FOR EACH ROW
+                     EXECUTE FUNCTION fail_once();",
+                store.checkpoints_table()
+            ))
+            .await
+            .unwrap();
+        Factory {
+            db,
+            config,
+            admin,
+            seq: AtomicU64::new(0),
+            store,
+        }
+    }
+}
+
+async fn open(db: &TestDatabase, config: PgStoreConfig, app: &str) -> PgCheckpointStore {
+    let mut pg = db.config();
+    pg.application_name(app);
+    PgCheckpointStore::connect(pg, config).await.unwrap()
+}
+
+/// Flips one bit in the middle of the stored bytes of `job`/`id`, wherever they are.
+async fn flip_byte(client: &Client, store: &PgCheckpointStore, job: &str, id: i64) {
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT storage, lo_oid, stored_bytes FROM {} WHERE job = $1 AND checkpoint_id = $2",
+                store.checkpoints_table()
+            ),
+            &[&job, &id],
+        )
+        .await
+        .unwrap();
+    let storage: String = row.get(0);
+    let oid: Option<u32> = row.get(1);
+    let stored: i64 = row.get(2);
+    let flip = |col: &str| {
+        format!("set_byte({col}, length({col}) / 2, get_byte({col}, length({col}) / 2) # 16)")
+    };
+    let n = match storage.as_str() {
+        "inline" => client
+            .execute(
+                &format!(
+                    "UPDATE {} SET data = {} WHERE job = $1 AND checkpoint_id = $2",
+                    store.checkpoints_table(),
+                    flip("data")
+                ),
+                &[&job, &id],
+            )
+            .await
+            .unwrap(),
+        "chunk_rows" => client
+            .execute(
+                &format!(
+                    "UPDATE {} SET data = {} WHERE job = $1 AND checkpoint_id = $2 AND seq = 0",
+                    store.chunks_table(),
+                    flip("data")
+                ),
+                &[&job, &id],
+            )
+            .await
+            .unwrap(),
+        "large_object" => {
+            let oid = oid.unwrap();
+            let at = stored / 2;
+            client
+                .execute(
+                    "SELECT lo_put($1, $2, set_byte(b, 0, get_byte(b, 0) # 16))
+                     FROM (SELECT lo_get($1, $2, 1) AS b) s",
+                    &[&oid, &at],
+                )
+                .await
+                .unwrap()
+        }
+        other => panic!("unknown storage {other}"),
+    };
+    assert_eq!(n, 1, "nothing corrupted for {job}/{id} ({storage})");
+}
+
+#[async_trait::async_trait]
+impl StoreFactory for Factory {
+    async fn open(&self) -> Result<Arc<dyn CheckpointStore>, CheckpointError> {
+        let mut pg = self.db.config();
+        pg.application_name("conformance");
+        Ok(Arc::new(
+            PgCheckpointStore::connect(pg, self.config.clone()).await?,
+        ))
+    }
+
+    async fn corrupt(&self, job: &JobName, id: CheckpointId) -> Result<(), CheckpointError> {
+        flip_byte(&self.admin, &self.store, job.as_str(), id.get() as i64).await;
+        Ok(())
+    }
+
+    async fn fail_next_save(&self, job: &JobName) -> Result<bool, CheckpointError> {
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let seq = format!("fail_seq_{n}");
+        self.admin
+            .batch_execute(&format!("CREATE SEQUENCE {seq}"))
+            .await
+            .unwrap();
+        self.admin
+            .execute(
+                "INSERT INTO fail_jobs (job, seq) VALUES ($1, $2::text::regclass)
+                 ON CONFLICT (job) DO UPDATE SET seq = EXCLUDED.seq",
+                &[&job.as_str(), &seq],
+            )
+            .await
+            .unwrap();
+        Ok(true)
+    }
+}
+
+fn no_auto_retention() -> PgStoreConfig {
+    let mut c = PgStoreConfig::default();
+    c.keep_on_save = None;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_chunk_rows_default_layout() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let factory = Factory::new(db, no_auto_retention()).await;
+    conformance::run_all(&factory).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_large_objects_and_odd_names() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let mut config = no_auto_retention();
+    config.large_layout = LargeLayout::LargeObject;
+    config.schema = "my \"odd\" schema".into();
+    config.table = "check points\"".into();
+    // Everything but tiny checkpoints goes to large objects, in several chunks.
+    config.inline_threshold = 64;
+    config.large_object_chunk_size = 100;
+    let factory = Factory::new(db, config).await;
+    conformance::empty_job(&factory).await.unwrap();
+    conformance::save_load_round_trip(&factory).await.unwrap();
+    conformance::ordering_and_monotonic_ids(&factory)
+        .await
+        .unwrap();
+    conformance::retention(&factory).await.unwrap();
+    conformance::atomic_failed_save(&factory).await.unwrap();
+    conformance::corrupt_newest_falls_back(&factory)
+        .await
+        .unwrap();
+    conformance::fencing_between_two_writers(&factory)
+        .await
+        .unwrap();
+    conformance::empty_state(&factory).await.unwrap();
+    let leftover: i64 = factory
+        .admin
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM pg_largeobject_metadata m
+                 WHERE NOT EXISTS (SELECT 1 FROM {} c WHERE c.lo_oid = m.oid)",
+                factory.store.checkpoints_table()
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(leftover, 0, "large objects without a checkpoint row");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_starts_migrate_once() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let mut config = PgStoreConfig::default();
+    config.schema = "s \"q\"".into();
+    config.table = "t x".into();
+    let (a, b, c) = tokio::join!(
+        open(&db, config.clone(), "a"),
+        open(&db, config.clone(), "b"),
+        open(&db, config.clone(), "c")
+    );
+    let client = db.connect().await.unwrap();
+    let versions: Vec<i32> = client
+        .query(
+            "SELECT version FROM \"s \"\"q\"\"\".\"t x_schema_version\"",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, vec![checkpoint_pg::SCHEMA_VERSION]);
+    // All three see one store.
+    let job = JobName::new("j").unwrap();
+    let lease = a
+        .acquire_lease(&job, &OwnerId::new("a").unwrap())
+        .await
+        .unwrap();
+    let cp = sample_checkpoint(&job, CheckpointId::FIRST, Lsn::from_u64(1));
+    a.save(&lease, &cp).await.unwrap();
+    assert_eq!(b.load(&job, cp.id).await.unwrap().checkpoint, cp);
+    assert_eq!(c.list(&job).await.unwrap().len(), 1);
+}
+
+fn id(n: u64) -> CheckpointId {
+    CheckpointId::new(n).unwrap()
+}
+
+fn with_state(job: &JobName, n: u64, state: Bytes) -> Checkpoint {
+    let mut cp = sample_checkpoint(job, id(n), Lsn::from_u64(n * 16));
+    cp.operators.push(OperatorState {
+        id: "big".into(),
+        kind: "blob".into(),
+        state_version: 1,
+        state,
+    });
+    cp
+}
+
+/// Bytes LZ4 cannot shrink.
+fn noise(len: usize, seed: u64) -> Bytes {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    Bytes::from(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_newest_falls_back_in_every_storage_kind() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    for (layout, state_len, expect_chunked) in [
+        (LargeLayout::ChunkRows, 100, false),
+        (LargeLayout::ChunkRows, 300_000, true),
+        (LargeLayout::LargeObject, 300_000, true),
+    ] {
+        let mut config = PgStoreConfig::default();
+        config.large_layout = layout;
+        config.inline_threshold = 100_000;
+        config.row_chunk_size = 64 << 10;
+        config.large_object_chunk_size = 64 << 10;
+        let store = open(&db, config, "corrupt").await;
+        let job = JobName::new(format!("corrupt-{layout:?}-{state_len}")).unwrap();
+        let lease = store
+            .acquire_lease(&job, &OwnerId::new("w").unwrap())
+            .await
+            .unwrap();
+        let one = with_state(&job, 1, noise(state_len, 1));
+        let two = with_state(&job, 2, noise(state_len, 2));
+        store.save(&lease, &one).await.unwrap();
+        let meta = store.save(&lease, &two).await.unwrap();
+        assert_eq!(
+            matches!(meta.storage, StorageKind::Chunked { chunks } if chunks > 1),
+            expect_chunked,
+            "{meta:?}"
+        );
+        flip_byte(&admin, &store, job.as_str(), 2).await;
+        let latest = store.latest(&job).await.unwrap();
+        assert_eq!(latest.checkpoint.unwrap().checkpoint, one);
+        assert_eq!(latest.skipped.len(), 1);
+        assert_eq!(latest.skipped[0].meta.id, id(2));
+        let err = store.load(&job, id(2)).await.unwrap_err();
+        assert!(
+            matches!(err, CheckpointError::Corrupt { .. }) && !err.is_retryable(),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_writer_is_fenced() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let a = open(&db, PgStoreConfig::default(), "a").await;
+    let b = open(&db, PgStoreConfig::default(), "b").await;
+    let job = JobName::new("fenced").unwrap();
+    let old = a
+        .acquire_lease(&job, &OwnerId::new("a").unwrap())
+        .await
+        .unwrap();
+    a.save(&old, &with_state(&job, 1, noise(10, 1)))
+        .await
+        .unwrap();
+    let new = b
+        .acquire_lease(&job, &OwnerId::new("b").unwrap())
+        .await
+        .unwrap();
+    assert!(new.epoch() > old.epoch());
+    for (what, result) in [
+        (
+            "inline save",
+            a.save(&old, &with_state(&job, 2, noise(10, 2))).await.err(),
+        ),
+        (
+            "large save",
+            a.save(&old, &with_state(&job, 3, noise(2 << 20, 3)))
+                .await
+                .err(),
+        ),
+        ("retain", a.retain(&old, 0).await.err()),
+        ("delete", a.delete(&old, id(1)).await.err()),
+    ] {
+        match result {
+            Some(CheckpointError::Fenced { held, current, .. }) => {
+                assert_eq!((held, current), (old.epoch(), new.epoch()), "{what}");
+            }
+            other => panic!("{what}: expected Fenced, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        b.list(&job).await.unwrap().len(),
+        1,
+        "the stale writer changed nothing"
+    );
+    b.save(&new, &with_state(&job, 2, noise(2 << 20, 2)))
+        .await
+        .unwrap();
+}
+
+async fn orphans(client: &Client, store: &PgCheckpointStore) -> i64 {
+    client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM pg_largeobject_metadata m
+                 WHERE NOT EXISTS (SELECT 1 FROM {} c WHERE c.lo_oid = m.oid)",
+                store.checkpoints_table()
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_on_save_unlinks_and_vacuum_removes_only_our_orphans() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    let mut config = PgStoreConfig::default();
+    config.large_layout = LargeLayout::LargeObject;
+    config.inline_threshold = 1000;
+    config.keep_on_save = Some(2);
+    let store = open(&db, config, "retention").await;
+    let job = JobName::new("retained").unwrap();
+    let lease = store
+        .acquire_lease(&job, &OwnerId::new("w").unwrap())
+        .await
+        .unwrap();
+    for n in 1..=4 {
+        // Alternate inline and large-object checkpoints.
+        let len = if n % 2 == 0 { 10 } else { 5000 };
+        store
+            .save(&lease, &with_state(&job, n, noise(len, n)))
+            .await
+            .unwrap();
+    }
+    let ids: Vec<u64> = store
+        .list(&job)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.id.get())
+        .collect();
+    assert_eq!(ids, vec![3, 4]);
+    let total: i64 = admin
+        .query_one("SELECT count(*) FROM pg_largeobject_metadata", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(total, 1, "only checkpoint 3's large object is left");
+    assert_eq!(orphans(&admin, &store).await, 0);
+
+    // A foreign large object, and one of ours orphaned behind the store's back.
+    let foreign: u32 = admin
+        .query_one("SELECT lo_from_bytea(0, '\\x01')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    admin
+        .execute(
+            &format!(
+                "DELETE FROM {} WHERE job = $1 AND checkpoint_id = 3",
+                store.checkpoints_table()
+            ),
+            &[&job.as_str()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(orphans(&admin, &store).await, 2);
+    assert_eq!(store.vacuum().await.unwrap(), 1);
+    assert_eq!(store.vacuum().await.unwrap(), 0);
+    let left: Vec<u32> = admin
+        .query("SELECT oid FROM pg_largeobject_metadata", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, vec![foreign]);
+}
+
+/// Waits until the writer's backend runs a statement matching `pattern`; returns its pid.
+async fn writer_pid(admin: &Client, app: &str, pattern: &str) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let row = admin
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity
+                 WHERE application_name = $1 AND state = 'active' AND query LIKE $2 LIMIT 1",
+                &[&app, &pattern],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = row {
+            return row.get(0);
+        }
+        assert!(Instant::now() < deadline, "writer never ran {pattern}");
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn killed_mid_save(layout: LargeLayout, pattern: &str) {
+    let db = TestPostgres::new_database().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    let mut config = PgStoreConfig::default();
+    config.large_layout = layout;
+    let app = format!("crash-{layout:?}");
+    let store = open(&db, config, &app).await;
+    let job = JobName::new("crash").unwrap();
+    let lease = store
+        .acquire_lease(&job, &OwnerId::new("w").unwrap())
+        .await
+        .unwrap();
+    let first = with_state(&job, 1, noise(2 << 20, 1));
+    store.save(&lease, &first).await.unwrap();
+
+    let big = with_state(&job, 2, noise(256 << 20, 2));
+    let writer = {
+        let store = store.clone();
+        let lease = lease.clone();
+        tokio::spawn(async move { store.save(&lease, &big).await })
+    };
+    let pid = writer_pid(&admin, &app, pattern).await;
+    let killed: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(killed);
+    let err = writer.await.unwrap().unwrap_err();
+    assert!(
+        err.is_retryable(),
+        "connection loss must be retryable: {err}"
+    );
+
+    let latest = store.latest(&job).await.unwrap();
+    assert_eq!(latest.checkpoint.unwrap().checkpoint, first);
+    assert!(latest.skipped.is_empty());
+    assert_eq!(orphans(&admin, &store).await, 0);
+    let chunk_rows: i64 = admin
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} WHERE checkpoint_id = 2",
+                store.chunks_table()
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(chunk_rows, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_killed_mid_large_object_save_leaves_no_trace() {
+    killed_mid_save(LargeLayout::LargeObject, "%lo_put%").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_killed_mid_copy_save_leaves_no_trace() {
+    killed_mid_save(LargeLayout::ChunkRows, "COPY%").await;
+}
