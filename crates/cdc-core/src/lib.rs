@@ -67,6 +67,7 @@ pub mod pgoutput;
 mod reader;
 mod relcache;
 mod replication;
+pub mod sql;
 mod txn;
 mod value;
 

@@ -4,24 +4,8 @@ use crate::config::PgStoreConfig;
 use crate::error::pg;
 use checkpoint_api::CheckpointError;
 
-/// Quotes an identifier: wraps it in `"` and doubles every `"` inside.
-pub fn quote_ident(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars() {
-        if c == '"' {
-            out.push('"');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
-}
-
-/// Quotes a string literal (for `COMMENT`, which takes no parameters).
-fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
+pub use cdc_core::sql::quote_ident;
+use cdc_core::sql::quote_literal;
 
 /// The quoted, schema-qualified names of the store's tables.
 #[derive(Debug, Clone)]

@@ -805,14 +805,14 @@ impl CheckpointStore for PgCheckpointStore {
                     });
                     break;
                 }
-                Err(e @ CheckpointError::Corrupt { .. }) => {
+                Err(CheckpointError::Corrupt { source, .. }) => {
                     tracing::warn!(
-                        job = %job, checkpoint = %row.meta.id, error = %e,
+                        job = %job, checkpoint = %row.meta.id, error = %source,
                         "skipping corrupt checkpoint; falling back to an older one"
                     );
                     latest.skipped.push(SkippedCheckpoint {
                         meta: row.meta,
-                        reason: e.to_string(),
+                        reason: source,
                     });
                 }
                 Err(e) => return Err(e),

@@ -5,34 +5,7 @@ use std::fmt::Write as _;
 
 use cdc_core::Lsn;
 
-/// `name` as a double-quoted identifier, with embedded `"` doubled.
-pub fn quote_identifier(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars() {
-        if c == '"' {
-            out.push('"');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
-}
-
-/// `value` as a single-quoted literal, with embedded `'` doubled. (Replication
-/// commands and `standard_conforming_strings=on` give backslashes no meaning.)
-pub fn quote_literal(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('\'');
-    for c in value.chars() {
-        if c == '\'' {
-            out.push('\'');
-        }
-        out.push(c);
-    }
-    out.push('\'');
-    out
-}
+pub use cdc_core::sql::{quote_ident as quote_identifier, quote_literal};
 
 /// The server rejects identifiers and literals with NUL bytes; so do we.
 pub(crate) fn check_no_nul(what: &'static str, value: &str) -> Result<(), String> {

@@ -360,19 +360,7 @@ impl ToSql for TextParam {
     to_sql_checked!();
 }
 
-/// `"ident"` with inner quotes doubled.
-pub(crate) fn quote_ident(s: &str) -> String {
-    let mut q = String::with_capacity(s.len() + 2);
-    q.push('"');
-    for c in s.chars() {
-        if c == '"' {
-            q.push('"');
-        }
-        q.push(c);
-    }
-    q.push('"');
-    q
-}
+pub(crate) use cdc_core::sql::quote_ident;
 
 /// The value in its type's text input syntax (`None` for NULL).
 fn pg_text(table: &TableSchema, column: &str, v: &Value<'_>) -> Result<Option<String>, SinkError> {
