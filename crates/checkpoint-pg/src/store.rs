@@ -11,7 +11,7 @@ use checkpoint_api::{
     NotFound, OwnerId, Regression, Rejection, SkippedCheckpoint, StorageKind, StoredCheckpoint,
     Timestamp,
 };
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use futures_util::{pin_mut, stream, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
@@ -157,7 +157,7 @@ impl PgCheckpointStore {
     /// (left by manual deletes or older versions); returns how many. Large objects this store
     /// did not create are never touched.
     pub async fn vacuum(&self) -> Result<u64, CheckpointError> {
-        let client = self.pool.get().await.map_err(pool_err)?;
+        let client = self.client().await?;
         let row = client
             .query_one(&self.inner.sql.vacuum, &[])
             .await
@@ -170,8 +170,23 @@ impl PgCheckpointStore {
         &self.inner.sql
     }
 
+    /// A pooled connection that is not known to be closed. A connection whose
+    /// server side went away while it sat in the pool is discarded, not handed out.
+    async fn client(&self) -> Result<Object, CheckpointError> {
+        let attempts = self.pool.status().max_size + 1;
+        for _ in 0..attempts {
+            let client = self.pool.get().await.map_err(pool_err)?;
+            if !client.is_closed() {
+                return Ok(client);
+            }
+            drop(Object::take(client));
+        }
+        self.pool.get().await.map_err(pool_err)
+    }
+
     async fn save_inline(
         &self,
+        client: &mut Object,
         lease: &Lease,
         checkpoint: &Checkpoint,
         mut encoder: ChunkedEncoder,
@@ -196,7 +211,6 @@ impl PgCheckpointStore {
             .config
             .keep_on_save
             .map(|k| i64::try_from(k.saturating_sub(1)).unwrap_or(i64::MAX));
-        let client = self.pool.get().await.map_err(pool_err)?;
         let stmt = client
             .prepare_cached(&self.sql().save_inline)
             .await
@@ -236,6 +250,7 @@ impl PgCheckpointStore {
 
     async fn save_large(
         &self,
+        client: &mut Object,
         lease: &Lease,
         checkpoint: &Checkpoint,
         encoder: ChunkedEncoder,
@@ -243,7 +258,6 @@ impl PgCheckpointStore {
     ) -> Result<CheckpointMeta, CheckpointError> {
         let job = checkpoint.job.as_str();
         let id = db_id(checkpoint.id)?;
-        let mut client = self.pool.get().await.map_err(pool_err)?;
         let tx = client
             .transaction()
             .await
@@ -739,7 +753,7 @@ impl CheckpointStore for PgCheckpointStore {
         job: &JobName,
         owner: &OwnerId,
     ) -> Result<Lease, CheckpointError> {
-        let client = self.pool.get().await.map_err(pool_err)?;
+        let client = self.client().await?;
         let epoch: i64 = client
             .query_one(&self.sql().acquire, &[&job.as_str(), &owner.as_str()])
             .await
@@ -770,21 +784,33 @@ impl CheckpointStore for PgCheckpointStore {
         // length, known before anything is compressed.
         let encoder =
             ChunkedEncoder::new(checkpoint, &config.encode, usize::MAX).map_err(rejected)?;
-        if encoder.uncompressed_len() <= config.inline_threshold as u64 {
-            return self.save_inline(lease, checkpoint, encoder).await;
-        }
-        let chunk_size = match config.large_layout {
-            LargeLayout::ChunkRows => config.row_chunk_size,
-            LargeLayout::LargeObject => config.large_object_chunk_size,
+        let mut client = self.client().await?;
+        let result = if encoder.uncompressed_len() <= config.inline_threshold as u64 {
+            self.save_inline(&mut client, lease, checkpoint, encoder)
+                .await
+        } else {
+            let chunk_size = match config.large_layout {
+                LargeLayout::ChunkRows => config.row_chunk_size,
+                LargeLayout::LargeObject => config.large_object_chunk_size,
+            };
+            match ChunkedEncoder::new(checkpoint, &config.encode, chunk_size) {
+                Ok(encoder) => {
+                    self.save_large(&mut client, lease, checkpoint, encoder, config.large_layout)
+                        .await
+                }
+                Err(e) => Err(rejected(e)),
+            }
         };
-        let encoder =
-            ChunkedEncoder::new(checkpoint, &config.encode, chunk_size).map_err(rejected)?;
-        self.save_large(lease, checkpoint, encoder, config.large_layout)
-            .await
+        if matches!(&result, Err(e) if e.is_retryable()) {
+            // The connection may have died mid-save (server restart, terminated backend)
+            // before the pool can tell: never hand it out again.
+            drop(Object::take(client));
+        }
+        result
     }
 
     async fn latest(&self, job: &JobName) -> Result<Latest, CheckpointError> {
-        let mut client = self.pool.get().await.map_err(pool_err)?;
+        let mut client = self.client().await?;
         let tx = Self::begin_read(&mut client).await?;
         let rows = tx
             .query(&self.sql().list_desc, &[&job.as_str()])
@@ -828,7 +854,7 @@ impl CheckpointStore for PgCheckpointStore {
         id: CheckpointId,
     ) -> Result<StoredCheckpoint, CheckpointError> {
         let db = db_id(id)?;
-        let mut client = self.pool.get().await.map_err(pool_err)?;
+        let mut client = self.client().await?;
         let tx = Self::begin_read(&mut client).await?;
         let r = tx
             .query_opt(&self.sql().get, &[&job.as_str(), &db])
@@ -849,7 +875,7 @@ impl CheckpointStore for PgCheckpointStore {
     }
 
     async fn list(&self, job: &JobName) -> Result<Vec<CheckpointMeta>, CheckpointError> {
-        let client = self.pool.get().await.map_err(pool_err)?;
+        let client = self.client().await?;
         let rows = client
             .query(&self.sql().list, &[&job.as_str()])
             .await
@@ -862,7 +888,7 @@ impl CheckpointStore for PgCheckpointStore {
     async fn delete(&self, lease: &Lease, id: CheckpointId) -> Result<(), CheckpointError> {
         let db = db_id(id)?;
         let epoch = i64::try_from(lease.epoch().0).unwrap_or(i64::MAX);
-        let client = self.pool.get().await.map_err(pool_err)?;
+        let client = self.client().await?;
         let r = client
             .query_one(&self.sql().delete, &[&lease.job().as_str(), &db, &epoch])
             .await
@@ -881,7 +907,7 @@ impl CheckpointStore for PgCheckpointStore {
     async fn retain(&self, lease: &Lease, keep: usize) -> Result<usize, CheckpointError> {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
         let epoch = i64::try_from(lease.epoch().0).unwrap_or(i64::MAX);
-        let client = self.pool.get().await.map_err(pool_err)?;
+        let client = self.client().await?;
         let r = client
             .query_one(&self.sql().retain, &[&lease.job().as_str(), &keep, &epoch])
             .await
