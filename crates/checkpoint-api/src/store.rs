@@ -77,6 +77,20 @@ impl Lease {
     pub fn epoch(&self) -> Epoch {
         self.epoch
     }
+
+    /// Refuses a checkpoint of another job than this lease's: every store's
+    /// `save` calls this first.
+    pub fn check_job(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
+        if checkpoint.job == self.job {
+            return Ok(());
+        }
+        Err(CheckpointError::Rejected {
+            reason: crate::error::Rejection::JobMismatch {
+                lease: self.job.clone(),
+                checkpoint: checkpoint.job.clone(),
+            },
+        })
+    }
 }
 
 /// How a backend keeps a checkpoint's bytes.

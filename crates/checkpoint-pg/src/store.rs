@@ -768,14 +768,7 @@ impl CheckpointStore for PgCheckpointStore {
         lease: &Lease,
         checkpoint: &Checkpoint,
     ) -> Result<CheckpointMeta, CheckpointError> {
-        if &checkpoint.job != lease.job() {
-            return Err(CheckpointError::Rejected {
-                reason: Rejection::JobMismatch {
-                    lease: lease.job().clone(),
-                    checkpoint: checkpoint.job.clone(),
-                },
-            });
-        }
+        lease.check_job(checkpoint)?;
         let config = &self.inner.config;
         let rejected = |e| CheckpointError::Rejected {
             reason: Rejection::Encode(e),

@@ -195,14 +195,7 @@ impl CheckpointStore for MemoryStore {
         lease: &Lease,
         checkpoint: &Checkpoint,
     ) -> Result<CheckpointMeta, CheckpointError> {
-        if &checkpoint.job != lease.job() {
-            return Err(CheckpointError::Rejected {
-                reason: Rejection::JobMismatch {
-                    lease: lease.job().clone(),
-                    checkpoint: checkpoint.job.clone(),
-                },
-            });
-        }
+        lease.check_job(checkpoint)?;
         {
             let inner = self.lock();
             let job = inner.jobs.get(lease.job());
