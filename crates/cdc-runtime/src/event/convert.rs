@@ -193,19 +193,7 @@ impl EventConverter {
                     database: self.database.clone(),
                     slot: self.slot.clone(),
                 };
-                out.push(ChangeEvent {
-                    op: Operation::Message,
-                    table: None,
-                    before: None,
-                    after: None,
-                    message: Some(MessagePayload {
-                        transactional: m.transactional,
-                        prefix: m.prefix.to_string(),
-                        content: m.content.to_vec(),
-                    }),
-                    source,
-                    index: 0,
-                });
+                out.push(message_event(m, source));
                 Ok(1)
             }
             TxnEvent::Change(change) => self.change(change, relations, lsn, out),
@@ -289,22 +277,13 @@ impl EventConverter {
                     ));
                 }
             }
-            Change::Message(m) => out.push(ChangeEvent {
-                op: Operation::Message,
-                table: None,
-                before: None,
-                after: None,
-                message: Some(MessagePayload {
-                    transactional: m.transactional,
-                    prefix: m.prefix.to_string(),
-                    content: m.content.to_vec(),
-                }),
-                source: SourceInfo {
+            Change::Message(m) => out.push(message_event(
+                m,
+                SourceInfo {
                     lsn: lsn.unwrap_or(m.lsn),
                     ..source
                 },
-                index: 0,
-            }),
+            )),
         }
         // Number the new events within the transaction.
         let mut next = open.next_index;
@@ -380,6 +359,26 @@ pub(crate) fn decode_row(
         })?);
     }
     Ok(row)
+}
+
+/// A logical decoding message as an event (index 0; numbered by the caller).
+fn message_event(
+    m: &cdc_core::pgoutput::LogicalDecodingMessage<'_>,
+    source: SourceInfo,
+) -> ChangeEvent {
+    ChangeEvent {
+        op: Operation::Message,
+        table: None,
+        before: None,
+        after: None,
+        message: Some(MessagePayload {
+            transactional: m.transactional,
+            prefix: m.prefix.to_string(),
+            content: m.content.to_vec(),
+        }),
+        source,
+        index: 0,
+    }
 }
 
 #[cfg(test)]
