@@ -26,6 +26,15 @@
 //! path = "/var/lib/pgcdc/changes.jsonl"
 //! max_file_bytes = 104857600
 //! format = "debezium"
+//!
+//! [checkpoint]                  # without this section: no checkpoints
+//! job = "app"                   # default: the slot name
+//! interval_ms = 30000
+//! keep = 5
+//!
+//! [[operators]]
+//! type = "table_counters"
+//! id = "counts"
 //! ```
 //!
 //! # Environment overrides
@@ -50,6 +59,10 @@ use serde::Deserialize;
 
 use crate::encoding::{DebeziumOptions, JsonFormat};
 use crate::replication::{ReplicationConfig, RootCertSource, SslMode};
+
+mod checkpoint;
+
+pub use checkpoint::{CheckpointConfig, ConfirmSetting, OperatorConfig};
 
 /// The default number of change events per batch.
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
@@ -137,6 +150,12 @@ pub struct Config {
     pub pipeline: PipelineConfig,
     /// Where changes go (at least one).
     pub sinks: Vec<SinkConfig>,
+    /// Checkpoints (absent: none; the slot follows the sinks).
+    #[serde(default)]
+    pub checkpoint: Option<CheckpointConfig>,
+    /// Stateful operators, run in order before the sinks.
+    #[serde(default)]
+    pub operators: Vec<OperatorConfig>,
 }
 
 /// `[source]`.
@@ -399,6 +418,9 @@ impl Config {
         if let Some(v) = num("channel_capacity")? {
             p.channel_capacity = usize::try_from(v).unwrap_or(usize::MAX);
         }
+        if let Some(c) = self.checkpoint.as_mut() {
+            c.apply_env(&env)?;
+        }
         Ok(())
     }
 
@@ -438,6 +460,18 @@ impl Config {
             return Err(invalid("pipeline.channel_capacity", "must be positive"));
         }
         self.start_lsn()?;
+        if let Some(c) = &self.checkpoint {
+            c.check()?;
+            checkpoint_api::JobName::new(c.job_name(s))
+                .map_err(|e| invalid("checkpoint.job", e.to_string()))?;
+        }
+        checkpoint::check_operators(&self.operators)?;
+        if !self.operators.is_empty() && self.checkpoint.is_none() {
+            return Err(invalid(
+                "operators",
+                "stateful operators need a [checkpoint] section, or their state is lost on every restart",
+            ));
+        }
         if let Some(mode) = &s.sslmode {
             SslMode::from_str(mode).map_err(|e| invalid("source.sslmode", e.to_string()))?;
         }

@@ -82,9 +82,12 @@
 //! None.
 #![forbid(unsafe_code)]
 
+pub mod checkpoint;
 pub mod config;
 pub mod encoding;
 pub mod event;
+pub mod job;
+pub mod operators;
 pub mod pipeline;
 pub mod replication;
 pub mod setup;

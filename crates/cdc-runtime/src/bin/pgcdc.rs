@@ -3,14 +3,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use cdc_runtime::config::{Config, SinkConfig};
-use cdc_runtime::encoding::JsonEncoder;
-use cdc_runtime::pipeline::{Pipeline, PipelineOptions};
+use cdc_runtime::checkpoint::slot_state;
+use cdc_runtime::config::Config;
+use cdc_runtime::job::{open_store, JobLock, RunOptions};
 use cdc_runtime::replication::ReplicationConnection;
 use cdc_runtime::setup::{prepare, SetupMode};
-use cdc_runtime::sinks::{
-    FileSink, FileSinkOptions, JsonLinesSink, NullSink, PgTableSink, PgTableSinkOptions, Sink,
-};
+use checkpoint_api::{CheckpointId, CheckpointStore, JobName, OwnerId};
 use clap::{Parser, Subcommand, ValueEnum};
 
 const EXAMPLES: &str = "\
@@ -18,15 +16,20 @@ Examples:
   # Check the config and the server (connection, wal_level, tables, publication, slot):
   pgcdc validate --config pgcdc.toml
 
-  # Stream changes; Ctrl-C or SIGTERM flushes the sinks and stops cleanly:
+  # Stream changes; Ctrl-C or SIGTERM flushes the sinks, takes a final
+  # checkpoint and stops cleanly. After a crash it resumes from the newest checkpoint:
   pgcdc run --config pgcdc.toml
+
+  # Inspect checkpoints and the slot:
+  pgcdc checkpoints list --config pgcdc.toml
+  pgcdc slot status --config pgcdc.toml
 
   # Override the file from the environment, log JSON:
   PGCDC_SOURCE_HOST=db.internal PGCDC_SOURCE_PASSWORD=... pgcdc run -c pgcdc.toml --log-format json
 
 Environment variables PGCDC_<SECTION>_<KEY> (e.g. PGCDC_SOURCE_HOST,
 PGCDC_SOURCE_PASSWORD, PGCDC_PIPELINE_BATCH_SIZE) override the config file.
-RUST_LOG sets the log filter (default: info).";
+RUST_LOG sets the log filter (default: info,tokio_postgres=warn).";
 
 /// Change data capture from PostgreSQL logical replication.
 #[derive(Debug, Parser)]
@@ -55,6 +58,9 @@ enum Command {
         /// The configuration file.
         #[arg(short, long, default_value = "pgcdc.toml")]
         config: PathBuf,
+        /// Resume from this retained checkpoint instead of the newest (newer ones are deleted).
+        #[arg(long, value_name = "ID")]
+        from_checkpoint: Option<u64>,
     },
     /// Check the configuration and the server without streaming or creating anything.
     #[command(after_help = "Example:\n  pgcdc validate --config pgcdc.toml")]
@@ -63,47 +69,70 @@ enum Command {
         #[arg(short, long, default_value = "pgcdc.toml")]
         config: PathBuf,
     },
+    /// List, show, delete or prune the job's checkpoints.
+    #[command(
+        after_help = "Examples:\n  pgcdc checkpoints list -c pgcdc.toml\n  pgcdc checkpoints show 42 -c pgcdc.toml\n  pgcdc checkpoints prune --keep 1 -c pgcdc.toml"
+    )]
+    Checkpoints {
+        /// The configuration file (its [checkpoint] section says where they are).
+        #[arg(short, long, default_value = "pgcdc.toml", global = true)]
+        config: PathBuf,
+        /// The job (default: the configured one).
+        #[arg(long, global = true)]
+        job: Option<String>,
+        #[command(subcommand)]
+        action: CheckpointsAction,
+    },
+    /// The replication slot's position against the newest checkpoint.
+    Slot {
+        /// The configuration file.
+        #[arg(short, long, default_value = "pgcdc.toml", global = true)]
+        config: PathBuf,
+        #[command(subcommand)]
+        action: SlotAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CheckpointsAction {
+    /// One line per stored checkpoint, oldest first.
+    List,
+    /// A checkpoint's metadata, position and operator states.
+    Show {
+        /// Checkpoint id.
+        id: u64,
+    },
+    /// Deletes one checkpoint (the job must not be running).
+    Delete {
+        /// Checkpoint id.
+        id: u64,
+    },
+    /// Deletes all but the newest N checkpoints (the job must not be running).
+    Prune {
+        /// How many to keep (0 deletes all: the job then starts over).
+        #[arg(long)]
+        keep: usize,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SlotAction {
+    /// Slot position, lag in bytes, and the newest checkpoint.
+    Status,
 }
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // tokio-postgres logs every server NOTICE at info; keep those quiet.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tokio_postgres=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
-}
-
-async fn open_sink(config: &SinkConfig) -> Result<Box<dyn Sink>, String> {
-    Ok(match config {
-        SinkConfig::Stdout { format } => Box::new(JsonLinesSink::stdout(JsonEncoder::new(
-            format.json_format(),
-        ))),
-        SinkConfig::File {
-            path,
-            max_file_bytes,
-            format,
-        } => Box::new(
-            FileSink::open(
-                FileSinkOptions {
-                    path: path.clone(),
-                    max_file_bytes: *max_file_bytes,
-                },
-                JsonEncoder::new(format.json_format()),
-            )
-            .await
-            .map_err(|e| format!("file sink: {e}"))?,
-        ),
-        SinkConfig::Postgres { url } => Box::new(
-            PgTableSink::connect(url.expose(), PgTableSinkOptions::default())
-                .await
-                .map_err(|e| format!("postgres sink: {e}"))?,
-        ),
-        SinkConfig::Null => Box::new(NullSink::new()),
-    })
 }
 
 async fn shutdown_signal() {
@@ -149,35 +178,191 @@ async fn validate(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
-async fn run(config: &Config) -> Result<(), String> {
+async fn run(config: &Config, from_checkpoint: Option<u64>) -> Result<(), String> {
+    let from_checkpoint = from_checkpoint
+        .map(|id| CheckpointId::new(id).ok_or("--from-checkpoint: ids start at 1"))
+        .transpose()?;
+    cdc_runtime::job::run(config, &RunOptions { from_checkpoint }, shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The job name: `--job`, or the configured one.
+fn job_name(config: &Config, job: Option<String>) -> Result<JobName, String> {
+    let cc = config
+        .checkpoint
+        .as_ref()
+        .ok_or("the configuration has no [checkpoint] section")?;
+    let name = job.unwrap_or_else(|| cc.job_name(&config.source));
+    JobName::new(name).map_err(|e| format!("--job: {e}"))
+}
+
+fn lsn_or_dash(lsn: cdc_core::Lsn) -> String {
+    if lsn.is_invalid() {
+        "-".to_owned()
+    } else {
+        lsn.to_string()
+    }
+}
+
+fn time(ts: checkpoint_api::Timestamp) -> String {
+    let micros = ts.as_unix_micros();
+    format!(
+        "{}.{:06}",
+        micros.div_euclid(1_000_000),
+        micros.rem_euclid(1_000_000)
+    )
+}
+
+async fn checkpoints(
+    config: &Config,
+    job: Option<String>,
+    action: CheckpointsAction,
+) -> Result<(), String> {
+    let job = job_name(config, job)?;
+    let cc = config
+        .checkpoint
+        .as_ref()
+        .ok_or("the configuration has no [checkpoint] section")?;
+    let store = open_store(config, cc).await.map_err(|e| e.to_string())?;
+    match action {
+        CheckpointsAction::List => {
+            let list = store.list(&job).await.map_err(|e| e.to_string())?;
+            println!(
+                "{:>8}  {:>18}  {:>18}  {:>12}  storage",
+                "id", "lsn", "created (unix s)", "bytes"
+            );
+            for m in &list {
+                println!(
+                    "{:>8}  {:>18}  {:>18}  {:>12}  {:?}",
+                    m.id.get(),
+                    m.commit_end_lsn.to_string(),
+                    time(m.created_at),
+                    m.stored_bytes,
+                    m.storage
+                );
+            }
+            println!("{} checkpoint(s) of job {job}", list.len());
+        }
+        CheckpointsAction::Show { id } => {
+            let id = CheckpointId::new(id).ok_or("checkpoint ids start at 1")?;
+            let stored = store.load(&job, id).await.map_err(|e| e.to_string())?;
+            let c = &stored.checkpoint;
+            println!("job:          {}", c.job);
+            println!("id:           {}", c.id);
+            println!("created:      {} (unix s)", time(c.created_at));
+            println!("position:     {}", c.source.commit_end_lsn);
+            println!("slot:         {}", c.source.slot);
+            println!("publications: {}", c.source.publications.join(", "));
+            println!("protocol:     v{}", c.source.protocol.proto_version);
+            println!(
+                "stored:       {} bytes ({:?})",
+                stored.meta.stored_bytes, stored.meta.storage
+            );
+            println!("operators:    {}", c.operators.len());
+            for op in &c.operators {
+                println!(
+                    "  {} ({} v{}): {} bytes of state",
+                    op.id,
+                    op.kind,
+                    op.state_version,
+                    op.state.len()
+                );
+            }
+        }
+        CheckpointsAction::Delete { id } => {
+            let id = CheckpointId::new(id).ok_or("checkpoint ids start at 1")?;
+            let _lock = JobLock::acquire(store.pool(), job.as_str())
+                .await
+                .map_err(|e| e.to_string())?;
+            let lease = store
+                .acquire_lease(&job, &admin_owner()?)
+                .await
+                .map_err(|e| e.to_string())?;
+            store.delete(&lease, id).await.map_err(|e| e.to_string())?;
+            println!("deleted checkpoint {id} of job {job}");
+        }
+        CheckpointsAction::Prune { keep } => {
+            let _lock = JobLock::acquire(store.pool(), job.as_str())
+                .await
+                .map_err(|e| e.to_string())?;
+            let lease = store
+                .acquire_lease(&job, &admin_owner()?)
+                .await
+                .map_err(|e| e.to_string())?;
+            let n = store
+                .retain(&lease, keep)
+                .await
+                .map_err(|e| e.to_string())?;
+            let orphans = store.vacuum().await.map_err(|e| e.to_string())?;
+            println!("deleted {n} checkpoint(s) of job {job}, kept {keep}; removed {orphans} orphaned large object(s)");
+        }
+    }
+    Ok(())
+}
+
+fn admin_owner() -> Result<OwnerId, String> {
+    OwnerId::new(format!("pgcdc-admin:{}", std::process::id())).map_err(|e| e.to_string())
+}
+
+async fn slot_status(config: &Config) -> Result<(), String> {
     let rc = config
         .source
         .replication_config()
         .map_err(|e| e.to_string())?;
-    tracing::info!(connection = %rc, "connecting");
     let mut conn = ReplicationConnection::connect(&rc)
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
-    prepare(&mut conn, &config.source, SetupMode::Create)
+    let slot = slot_state(&mut conn, &config.source.slot)
         .await
         .map_err(|e| e.to_string())?;
     let _ = conn.close().await;
-
-    let mut sinks = Vec::new();
-    for s in &config.sinks {
-        sinks.push(open_sink(s).await?);
+    let Some(slot) = slot else {
+        return Err(format!(
+            "replication slot {:?} does not exist; `pgcdc run` creates it",
+            config.source.slot
+        ));
+    };
+    println!("slot:             {}", slot.name);
+    println!("confirmed_flush:  {}", lsn_or_dash(slot.confirmed_flush));
+    println!("restart_lsn:      {}", lsn_or_dash(slot.restart_lsn));
+    println!("server WAL:       {}", lsn_or_dash(slot.current_wal));
+    println!("lag:              {} bytes", slot.lag_bytes());
+    match slot.active_pid {
+        Some(pid) => println!("active:           yes (walsender pid {pid})"),
+        None => println!("active:           no"),
     }
-    let mut options = PipelineOptions::new(rc, &config.source.slot, &config.source.publication);
-    options.start_lsn = config.start_lsn().map_err(|e| e.to_string())?;
-    options.batch_size = config.pipeline.batch_size;
-    options.byte_budget = config.pipeline.byte_budget;
-    options.status_interval = config.status_interval();
-    options.channel_capacity = config.pipeline.channel_capacity;
-    let progress = Pipeline::new(options, sinks)
-        .run(shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())?;
-    tracing::info!(confirmed = %progress.confirmed, events = progress.events, reconnects = progress.reconnects, "stopped cleanly");
+    if let Some(cc) = &config.checkpoint {
+        let job = job_name(config, None)?;
+        let store = open_store(config, cc).await.map_err(|e| e.to_string())?;
+        let list = store.list(&job).await.map_err(|e| e.to_string())?;
+        match (list.first(), list.last()) {
+            (Some(oldest), Some(newest)) => {
+                println!("job:              {job} ({} checkpoint(s))", list.len());
+                println!(
+                    "newest:           {} at {}",
+                    newest.id, newest.commit_end_lsn
+                );
+                println!(
+                    "oldest retained:  {} at {}",
+                    oldest.id, oldest.commit_end_lsn
+                );
+                if slot.confirmed_flush > newest.commit_end_lsn {
+                    println!("WARNING: the slot is confirmed past the newest checkpoint; `pgcdc run` will refuse to resume unless checkpoint.trust_slot = true");
+                } else {
+                    println!(
+                        "checkpoint ahead of slot by {} bytes (confirmed only up to what retained checkpoints cover)",
+                        newest
+                            .commit_end_lsn
+                            .as_u64()
+                            .saturating_sub(slot.confirmed_flush.as_u64())
+                    );
+                }
+            }
+            _ => println!("job:              {job} (no checkpoints yet)"),
+        }
+    }
     Ok(())
 }
 
@@ -196,12 +381,22 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         let path = match &cli.command {
-            Command::Run { config } | Command::Validate { config } => config,
+            Command::Run { config, .. }
+            | Command::Validate { config }
+            | Command::Checkpoints { config, .. }
+            | Command::Slot { config, .. } => config,
         };
         let config = Config::load(path).map_err(|e| e.to_string())?;
         match cli.command {
-            Command::Run { .. } => run(&config).await,
+            Command::Run {
+                from_checkpoint, ..
+            } => run(&config, from_checkpoint).await,
             Command::Validate { .. } => validate(&config).await,
+            Command::Checkpoints { job, action, .. } => checkpoints(&config, job, action).await,
+            Command::Slot {
+                action: SlotAction::Status,
+                ..
+            } => slot_status(&config).await,
         }
     });
     match result {

@@ -13,12 +13,17 @@
 //!  "source":{"version":"2.7.0.Final","connector":"postgresql","name":"app","ts_ms":1700000000000,
 //!            "snapshot":"false","db":"appdb","sequence":"[\"22906768\",\"22906880\"]",
 //!            "schema":"public","table":"t","txId":755,"lsn":22906880,"xmin":null},
-//!  "op":"c","ts_ms":1700000000123,"transaction":null}
+//!  "op":"c","ts_ms":1700000000123,"transaction":{"id":"755:22906880","total_order":1}}
 //! ```
 //!
 //! * `op`: `c` insert, `u` update, `d` delete, `t` truncate (one event per
 //!   table, `before` and `after` null), `r` snapshot read, `m` logical message
 //!   (no `before`/`after`; a `"message":{"prefix":…,"content":<base64>}` field).
+//! * `transaction` is Debezium's transaction metadata block: `id` is
+//!   `"<txId>:<commit LSN>"` and `total_order` the event's 1-based position in
+//!   its transaction, so `(id, total_order)` identifies an event delivered
+//!   again after a restart (deduplicate on it). `data_collection_order` is not
+//!   written.
 //! * `source.ts_ms` is the commit time, the top-level `ts_ms` the time the
 //!   event was encoded. `source.sequence` is `["<commit LSN>","<event LSN>"]`
 //!   as decimal strings. **Deviation:** Debezium puts the commit LSN of the
@@ -243,7 +248,18 @@ fn debezium(ev: &ChangeEvent, opts: &DebeziumOptions, now_ms: i64, out: &mut Vec
         write_base64(out, &m.content);
         out.push(b'}');
     }
-    out.extend_from_slice(b",\"transaction\":null}");
+    // Debezium's transaction metadata block: `total_order` is the event's
+    // 1-based position in its transaction, so `(id, total_order)` (commit LSN
+    // and event index) identifies an event that a restart delivered again.
+    out.extend_from_slice(b",\"transaction\":{\"id\":\"");
+    if s.xid != 0 {
+        write_int(out, s.xid);
+        out.push(b':');
+    }
+    write_int(out, s.commit_lsn.as_u64());
+    out.extend_from_slice(b"\",\"total_order\":");
+    write_int(out, u64::from(ev.index) + 1);
+    out.extend_from_slice(b"}}");
 }
 
 fn plain(ev: &ChangeEvent, out: &mut Vec<u8>) {

@@ -96,7 +96,8 @@ fn debezium_insert_envelope_is_exact() {
         r#"{"before":null,"after":{"id":1,"doc":"a\"b"},"#,
         r#""source":{"version":"2.7.0.Final","connector":"postgresql","name":"app","ts_ms":1700000000000,"#,
         r#""snapshot":"false","db":"appdb","sequence":"[\"512\",\"256\"]","schema":"public","table":"t","#,
-        r#""txId":755,"lsn":256,"xmin":null},"op":"c","ts_ms":1700000000123,"transaction":null}"#
+        r#""txId":755,"lsn":256,"xmin":null},"op":"c","ts_ms":1700000000123,"#,
+        r#""transaction":{"id":"755:512","total_order":4}}"#
     );
     assert_eq!(String::from_utf8(buf).unwrap(), expected);
 }

@@ -141,6 +141,22 @@ impl EventConverter {
         self.open.map(|o| o.xid)
     }
 
+    /// Where derived events of the open transaction go: its source metadata
+    /// and the index after its last event (`None` outside a transaction).
+    pub fn open_commit_context(&self) -> Option<crate::operators::CommitContext> {
+        self.open.map(|o| crate::operators::CommitContext {
+            source: SourceInfo {
+                commit_lsn: o.commit_lsn,
+                lsn: o.commit_lsn,
+                xid: o.xid,
+                commit_time: Some(o.commit_time),
+                database: self.database.clone(),
+                slot: self.slot.clone(),
+            },
+            next_index: o.next_index,
+        })
+    }
+
     /// Converts one event, appending the change events it yields to `out`
     /// (none for Begin/Commit/Origin, one per row change or message, one per
     /// table of a Truncate). Returns how many were appended.

@@ -23,6 +23,16 @@ pub enum PipelineError {
     /// A sink failed.
     #[error("sink: {0}")]
     Sink(#[from] SinkError),
+    /// A checkpoint could not be taken and streaming cannot go on (another
+    /// instance took the job over, or operator state could not be captured).
+    #[error("checkpoint: {0}")]
+    Checkpoint(checkpoint_api::CheckpointError),
+    /// An operator could not process an event.
+    #[error("{0}")]
+    Operator(crate::operators::OperatorError),
+    /// An operator's state in the checkpoint could not be restored.
+    #[error("restoring operator state: {0}")]
+    Restore(checkpoint_api::OperatorStateError),
     /// A sink task stopped unexpectedly (panicked or was cancelled).
     #[error("a sink task stopped unexpectedly")]
     SinkStopped,

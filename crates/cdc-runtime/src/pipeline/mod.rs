@@ -16,11 +16,27 @@
 //!   event has been handed to the sink's `write`.
 //! * **acknowledged** (per sink): `written` as of the sink's last successful
 //!   `flush`.
-//! * **confirmed**: the minimum acknowledged position over all sinks, never
-//!   moving backward. Only this is sent as `flush`/`apply`, so the server
-//!   keeps every transaction that some sink has not made durable; after a
-//!   crash or reconnect streaming resumes from here (at-least-once: sinks may
-//!   see a transaction twice, identified by `(commit_lsn, index)`).
+//! * **processed**: the end LSN of the last transaction converted (and seen
+//!   by every operator). After a reconnect streaming resumes here, and
+//!   transactions that ended at or before it are skipped.
+//! * **confirmed**: without checkpoints, the minimum acknowledged position
+//!   over all sinks, or, between transactions, the position of the server's
+//!   last keepalive once every sink flushed the last commit (so quiet tables
+//!   do not hold WAL back); with checkpoints, the position durable
+//!   checkpoints allow (see [`crate::checkpoint`]), which is never past what
+//!   every sink acknowledged. It never moves backward. Only this is sent as
+//!   `flush`/`apply`, so the server keeps every transaction that some sink
+//!   has not made durable or no checkpoint covers; after a crash streaming
+//!   resumes from there (at-least-once: sinks may see a transaction twice,
+//!   identified by `(commit_lsn, index)`).
+//!
+//! # Operators and checkpoints
+//!
+//! [`Operator`]s see every change event in order and each commit, before
+//! the events are batched for the sinks; at a commit they may add derived
+//! events. With [`Pipeline::with_checkpoints`], a [`Coordinator`] captures
+//! the operators' state at transaction boundaries and saves checkpoints in
+//! the background; see [`crate::checkpoint`].
 //!
 //! # Backpressure
 //!
@@ -51,10 +67,13 @@ use cdc_core::pgoutput::ProtocolVersion;
 use cdc_core::{
     Decoder, Lsn, PgTimestamp, ReplicationMessage, StandbyStatusUpdate, TxnAssembler, TxnEvent,
 };
-use tokio::sync::{mpsc, watch};
+use checkpoint_api::{ProtocolOptions, StreamingMode};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 
+use crate::checkpoint::{CheckpointOptions, CheckpointStats, Coordinator};
 use crate::event::{ChangeEvent, EventConverter};
+use crate::operators::Operator;
 use crate::replication::{
     PgOutputOptions, ReplicationConfig, ReplicationConnection, ReplicationError, ReplicationStream,
 };
@@ -163,6 +182,8 @@ pub struct Progress {
     pub events: u64,
     /// Reconnects so far.
     pub reconnects: u32,
+    /// Checkpoints taken (all zero without checkpoints).
+    pub checkpoints: CheckpointStats,
 }
 
 /// A configured pipeline; [`run`](Self::run) streams until shutdown or a
@@ -170,6 +191,8 @@ pub struct Progress {
 pub struct Pipeline {
     options: PipelineOptions,
     sinks: Vec<Box<dyn Sink>>,
+    operators: Vec<Box<dyn Operator>>,
+    checkpoints: Option<CheckpointOptions>,
     progress: watch::Sender<Progress>,
 }
 
@@ -178,6 +201,8 @@ impl std::fmt::Debug for Pipeline {
         f.debug_struct("Pipeline")
             .field("options", &self.options)
             .field("sinks", &self.sinks.len())
+            .field("operators", &self.operators.len())
+            .field("checkpoints", &self.checkpoints.is_some())
             .finish()
     }
 }
@@ -186,7 +211,14 @@ impl std::fmt::Debug for Pipeline {
 struct Shared {
     senders: Vec<mpsc::Sender<Arc<Batch>>>,
     acks: Vec<watch::Receiver<Lsn>>,
+    /// Woken whenever a sink acknowledges more.
+    acked: Arc<Notify>,
     tasks: JoinSet<Result<(), SinkError>>,
+    coordinator: Option<Coordinator>,
+    /// Without checkpoints: the server's position from a keepalive between
+    /// transactions, and the commit every sink must have flushed before it
+    /// may be confirmed (so quiet tables do not hold WAL back).
+    idle: Option<(Lsn, Lsn)>,
     confirmed: Lsn,
     received: Lsn,
     events: u64,
@@ -195,16 +227,44 @@ struct Shared {
 }
 
 impl Shared {
-    /// The minimum acknowledged position over all sinks, kept monotonic.
+    /// The minimum acknowledged position over all sinks.
+    fn acked(&self) -> Lsn {
+        self.acks
+            .iter()
+            .map(|a| *a.borrow())
+            .min()
+            .unwrap_or(Lsn::INVALID)
+    }
+
+    /// The position that may be confirmed, kept monotonic: what every sink
+    /// acknowledged, or with checkpoints what durable checkpoints cover.
     fn update_confirmed(&mut self) -> Lsn {
-        let min = self.acks.iter().map(|a| *a.borrow()).min();
-        if let Some(min) = min {
-            if min > self.confirmed {
-                self.confirmed = min;
+        // A checkpoint is saved only once every sink acknowledged the
+        // transactions it covers, so what checkpoints allow is acknowledged
+        // (an idle position beyond the last commit has nothing to flush).
+        let allowed = match &self.coordinator {
+            Some(c) => c.confirmable(),
+            None => {
+                let acked = self.acked();
+                match self.idle {
+                    Some((position, needs_ack)) if acked >= needs_ack => acked.max(position),
+                    _ => acked,
+                }
             }
+        };
+        if allowed > self.confirmed {
+            self.confirmed = allowed;
         }
         self.publish();
         self.confirmed
+    }
+
+    /// Hands the sinks' progress to the coordinator (which may start a save).
+    fn poll_checkpoint(&mut self) {
+        let acked = self.acked();
+        if let Some(c) = self.coordinator.as_mut() {
+            c.poll_acks(acked);
+        }
     }
 
     fn publish(&self) {
@@ -213,6 +273,11 @@ impl Shared {
             received: self.received,
             events: self.events,
             reconnects: self.reconnects,
+            checkpoints: self
+                .coordinator
+                .as_ref()
+                .map(Coordinator::stats)
+                .unwrap_or_default(),
         });
     }
 
@@ -256,6 +321,9 @@ impl Shared {
 struct Pending {
     events: Vec<ChangeEvent>,
     commit_end: Option<Lsn>,
+    /// How many of `events` belong to committed transactions (or are
+    /// non-transactional messages); the rest belong to the open one.
+    committed: usize,
 }
 
 impl Pending {
@@ -276,8 +344,24 @@ impl Pipeline {
         Pipeline {
             options,
             sinks,
+            operators: Vec::new(),
+            checkpoints: None,
             progress,
         }
+    }
+
+    /// Runs `operators` over the stream, in order, before the sinks.
+    pub fn with_operators(mut self, operators: Vec<Box<dyn Operator>>) -> Self {
+        self.operators = operators;
+        self
+    }
+
+    /// Takes checkpoints as `options` say, restoring the operators from
+    /// `options.resume` first. The slot is then confirmed only as far as
+    /// durable checkpoints allow.
+    pub fn with_checkpoints(mut self, options: CheckpointOptions) -> Self {
+        self.checkpoints = Some(options);
+        self
     }
 
     /// Watches the pipeline's progress.
@@ -292,15 +376,27 @@ impl Pipeline {
         let Pipeline {
             options,
             sinks,
+            mut operators,
+            checkpoints,
             progress,
         } = self;
         if sinks.is_empty() {
             return Err(PipelineError::NoSinks);
         }
+        let coordinator =
+            checkpoints.map(|c| Coordinator::new(c, &options.slot, &options.publications));
+        let mut start = options.start_lsn;
+        if let Some(resume) = coordinator.as_ref().and_then(Coordinator::resume) {
+            restore_operators(resume, &mut operators)?;
+            start = start.or(Some(resume.source.commit_end_lsn));
+        }
         let mut shared = Shared {
             senders: Vec::new(),
             acks: Vec::new(),
+            acked: Arc::new(Notify::new()),
             tasks: JoinSet::new(),
+            coordinator,
+            idle: None,
             confirmed: Lsn::INVALID,
             received: Lsn::INVALID,
             events: 0,
@@ -310,7 +406,9 @@ impl Pipeline {
         for sink in sinks {
             let (tx, rx) = mpsc::channel(options.channel_capacity.max(1));
             let (ack_tx, ack_rx) = watch::channel(Lsn::INVALID);
-            shared.tasks.spawn(run_sink(sink, rx, ack_tx));
+            shared
+                .tasks
+                .spawn(run_sink(sink, rx, ack_tx, shared.acked.clone()));
             shared.senders.push(tx);
             shared.acks.push(ack_rx);
         }
@@ -323,6 +421,10 @@ impl Pipeline {
             ),
             pending: Pending::default(),
             started: false,
+            operators,
+            processed: start.unwrap_or(Lsn::INVALID),
+            idle_position: Lsn::INVALID,
+            skipping: false,
         };
         tokio::pin!(shutdown);
         let mut attempt = 0u32;
@@ -361,6 +463,11 @@ impl Pipeline {
                 }
             }
         };
+        // Shutdown: the final checkpoint covers the last commit (operators
+        // hold only committed state), or the idle position between
+        // transactions.
+        let final_position = source.final_position();
+        let operators = std::mem::take(&mut source.operators);
         drop(source);
         // Shutdown: close the channels, let every sink drain, flush and close.
         shared.senders.clear();
@@ -370,6 +477,11 @@ impl Pipeline {
                 Ok(Err(e)) => return Err(PipelineError::Sink(e)),
                 Err(_) => return Err(PipelineError::SinkStopped),
             }
+        }
+        if let Some(c) = shared.coordinator.as_mut() {
+            c.finish_final(final_position, &operators)
+                .await
+                .map_err(PipelineError::Checkpoint)?;
         }
         shared.update_confirmed();
         if let Some(mut stream) = stream {
@@ -383,6 +495,30 @@ impl Pipeline {
     }
 }
 
+/// Restores every operator from `resume`; an operator without state starts
+/// empty, state without an operator is dropped (both logged).
+fn restore_operators(
+    resume: &checkpoint_api::Checkpoint,
+    operators: &mut [Box<dyn Operator>],
+) -> Result<(), PipelineError> {
+    for op in operators.iter_mut() {
+        match resume.operator(op.operator_id()) {
+            Some(state) => state
+                .restore_into(op.as_mut())
+                .map_err(PipelineError::Restore)?,
+            None => tracing::warn!(operator = op.operator_id(), checkpoint = %resume.id,
+                "the checkpoint holds no state for this operator; it starts empty"),
+        }
+    }
+    for state in &resume.operators {
+        if !operators.iter().any(|o| o.operator_id() == state.id) {
+            tracing::warn!(operator = %state.id, kind = %state.kind, checkpoint = %resume.id,
+                "the checkpoint holds state of an operator that is no longer configured; dropping it");
+        }
+    }
+    Ok(())
+}
+
 struct Source<'o> {
     options: &'o PipelineOptions,
     assembler: TxnAssembler,
@@ -390,6 +526,14 @@ struct Source<'o> {
     pending: Pending,
     /// Set once START_REPLICATION succeeded in the current session.
     started: bool,
+    operators: Vec<Box<dyn Operator>>,
+    /// End of the last transaction converted; transactions ending at or
+    /// before it are skipped, and reconnects resume here.
+    processed: Lsn,
+    /// The server's position from its last keepalive between transactions.
+    idle_position: Lsn,
+    /// Inside a transaction that ended at or before `processed`.
+    skipping: bool,
 }
 
 impl Source<'_> {
@@ -399,28 +543,37 @@ impl Source<'_> {
         mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> Result<SessionEnd, PipelineError> {
         let opts = self.options;
-        self.assembler.reset();
-        self.converter.reset();
-        self.pending = Pending::default();
+        self.abort_open_transaction();
 
         let connect = async {
             let mut conn = ReplicationConnection::connect(&opts.replication).await?;
             let version = conn.server_version_num().await?;
             let pgoutput = PgOutputOptions::for_server(version, opts.publications.iter().cloned());
-            let start = if shared.confirmed.is_invalid() {
-                opts.start_lsn.unwrap_or(Lsn::INVALID)
-            } else {
-                shared.confirmed
-            };
+            let start = self.processed.max(shared.confirmed);
             tracing::info!(slot = %opts.slot, start = %start, proto_version = pgoutput.get_proto_version(), "starting replication");
             let stream = conn.start_replication(&opts.slot, start, &pgoutput).await?;
-            Ok::<_, ReplicationError>((stream, pgoutput.get_proto_version()))
+            Ok::<_, ReplicationError>((stream, pgoutput))
         };
-        let (mut stream, proto) = tokio::select! {
+        let (mut stream, pgoutput) = tokio::select! {
             r = connect => r?,
             _ = shutdown.as_mut() => return Err(PipelineError::ShutdownWhileConnecting),
         };
         self.started = true;
+        let proto = pgoutput.get_proto_version();
+        if let Some(c) = shared.coordinator.as_mut() {
+            c.set_protocol(ProtocolOptions {
+                proto_version: proto,
+                binary: pgoutput.get_binary(),
+                messages: pgoutput.get_messages(),
+                streaming: if pgoutput.get_streaming() {
+                    StreamingMode::On
+                } else {
+                    StreamingMode::Off
+                },
+                two_phase: pgoutput.get_two_phase(),
+                origin: None,
+            });
+        }
         stream.set_receive_timeout(opts.receive_timeout);
         let version = ProtocolVersion::new(proto)
             .map_err(|_| PipelineError::Internal("unsupported pgoutput version"))?;
@@ -428,8 +581,23 @@ impl Source<'_> {
 
         let mut ticker = tokio::time::interval(opts.status_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut checkpoint_ticker = tokio::time::interval(
+            shared
+                .coordinator
+                .as_ref()
+                .map_or(Duration::from_secs(3600), Coordinator::tick_period),
+        );
+        checkpoint_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let flush_ready = !self.pending.is_empty();
+            let saving = shared
+                .coordinator
+                .as_ref()
+                .is_some_and(Coordinator::is_saving);
+            let waiting = shared
+                .coordinator
+                .as_ref()
+                .is_some_and(Coordinator::is_waiting);
             tokio::select! {
                 biased;
                 _ = shutdown.as_mut() => {
@@ -438,6 +606,16 @@ impl Source<'_> {
                 }
                 Some(joined) = shared.tasks.join_next() => {
                     return Err(Shared::sink_failure(joined));
+                }
+                saved = checkpoint_saved(&mut shared.coordinator), if saving => {
+                    saved.map_err(PipelineError::Checkpoint)?;
+                    // Let the slot move right away.
+                    shared.send_status(&mut stream).await?;
+                }
+                _ = shared.acked.notified(), if waiting => shared.poll_checkpoint(),
+                _ = checkpoint_ticker.tick() => {
+                    self.checkpoint_between_transactions(shared)?;
+                    shared.poll_checkpoint();
                 }
                 _ = ticker.tick() => shared.send_status(&mut stream).await?,
                 msg = stream.next_message() => {
@@ -468,6 +646,15 @@ impl Source<'_> {
     ) -> Result<(), PipelineError> {
         match ReplicationMessage::parse(payload)? {
             ReplicationMessage::PrimaryKeepalive(k) => {
+                // Between transactions everything before the server's
+                // position has been sent: a checkpoint may record it.
+                if self.converter.open_transaction().is_none()
+                    && !self.skipping
+                    && k.wal_end > self.idle_position
+                {
+                    self.idle_position = k.wal_end;
+                    shared.idle = Some((k.wal_end, self.processed));
+                }
                 if k.reply_requested {
                     shared.send_status(stream).await?;
                 }
@@ -475,6 +662,9 @@ impl Source<'_> {
             ReplicationMessage::XLogData(x) => {
                 if x.wal_start > shared.received {
                     shared.received = x.wal_start;
+                }
+                if let Some(c) = shared.coordinator.as_mut() {
+                    c.add_bytes(x.data.len());
                 }
                 let msg = decoder.decode(x.data)?;
                 if let Some(event) = self.assembler.handle_message(msg)? {
@@ -501,17 +691,118 @@ impl Source<'_> {
         event: &TxnEvent<'_>,
         lsn: Lsn,
     ) -> Result<(), PipelineError> {
+        // Transactions the pipeline already processed (before a reconnect
+        // or up to the checkpoint it resumed from) are skipped: a commit
+        // record that starts before `processed` ends at or before it.
+        match event {
+            TxnEvent::Begin(b) if b.final_lsn < self.processed => {
+                self.skipping = true;
+                return Ok(());
+            }
+            TxnEvent::Message(m) if m.lsn < self.processed => return Ok(()),
+            _ if self.skipping => {
+                if matches!(event, TxnEvent::Commit(_)) {
+                    self.skipping = false;
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
+        let commit = match event {
+            TxnEvent::Commit(_) => self.converter.open_commit_context(),
+            _ => None,
+        };
+        let start = self.pending.events.len();
         let n = self.converter.handle(
             event,
             self.assembler.relations(),
             Some(lsn),
             &mut self.pending.events,
         )?;
-        shared.events = shared.events.saturating_add(n as u64);
+        let in_txn = self.converter.open_transaction().is_some();
+        if in_txn || matches!(event, TxnEvent::Commit(_)) {
+            for ev in &self.pending.events[start..] {
+                for op in self.operators.iter_mut() {
+                    op.on_event(ev).map_err(PipelineError::Operator)?;
+                }
+            }
+        }
+        let mut added = n;
         if let TxnEvent::Commit(c) = event {
+            if let Some(mut ctx) = commit {
+                for op in self.operators.iter_mut() {
+                    let before = self.pending.events.len();
+                    op.on_commit(&ctx, &mut self.pending.events)
+                        .map_err(PipelineError::Operator)?;
+                    let derived = self.pending.events.len() - before;
+                    ctx.next_index = ctx.next_index.saturating_add(derived as u32);
+                    added += derived;
+                }
+            }
             self.pending.commit_end = Some(c.end_lsn);
+            self.processed = self.processed.max(c.end_lsn);
+            if let Some(coord) = shared.coordinator.as_mut() {
+                if coord.wants_capture() {
+                    coord
+                        .capture(c.end_lsn, c.end_lsn, &self.operators)
+                        .map_err(PipelineError::Checkpoint)?;
+                }
+            }
+        }
+        if !in_txn {
+            self.pending.committed = self.pending.events.len();
+        }
+        shared.events = shared.events.saturating_add(added as u64);
+        Ok(())
+    }
+
+    /// On a checkpoint tick: between transactions, capture right away (at
+    /// the idle position if the server reported a newer one); inside one the
+    /// next commit captures.
+    fn checkpoint_between_transactions(
+        &mut self,
+        shared: &mut Shared,
+    ) -> Result<(), PipelineError> {
+        let Some(coord) = shared.coordinator.as_mut() else {
+            return Ok(());
+        };
+        coord.tick();
+        if coord.wants_capture() && self.converter.open_transaction().is_none() && !self.skipping {
+            let position = self.processed.max(self.idle_position);
+            if !position.is_invalid() {
+                coord
+                    .capture(position, self.processed, &self.operators)
+                    .map_err(PipelineError::Checkpoint)?;
+            }
         }
         Ok(())
+    }
+
+    /// The connection dropped: the server will send the open transaction
+    /// again, so forget its events that are not shipped yet and its effect
+    /// on the operators. Events of committed transactions stay pending.
+    fn abort_open_transaction(&mut self) {
+        if self.converter.open_transaction().is_some() {
+            for op in self.operators.iter_mut() {
+                op.on_abort();
+            }
+        }
+        self.pending.events.truncate(self.pending.committed);
+        self.assembler.reset();
+        self.converter.reset();
+        self.skipping = false;
+    }
+
+    /// Where a final checkpoint may be taken: the last commit, or the idle
+    /// position when no transaction is open.
+    fn final_position(&self) -> Option<Lsn> {
+        let open = self.converter.open_transaction().is_some() || self.skipping;
+        let position = if open {
+            self.processed
+        } else {
+            self.processed.max(self.idle_position)
+        };
+        (!position.is_invalid()).then_some(position)
     }
 
     /// Sends the pending batch to every sink, waiting for channel space
@@ -526,6 +817,8 @@ impl Source<'_> {
             return Ok(());
         }
         let pending = std::mem::take(&mut self.pending);
+        // What stays open continues in the next batch.
+        self.pending.committed = 0;
         let batch = Arc::new(Batch {
             events: pending.events,
             commit_end: pending.commit_end,
@@ -552,6 +845,16 @@ impl Source<'_> {
         }
         shared.publish();
         Ok(())
+    }
+}
+
+/// Waits for the coordinator's running save.
+async fn checkpoint_saved(
+    coordinator: &mut Option<Coordinator>,
+) -> Result<(), checkpoint_api::CheckpointError> {
+    match coordinator.as_mut() {
+        Some(c) => c.saved().await,
+        None => std::future::pending().await,
     }
 }
 

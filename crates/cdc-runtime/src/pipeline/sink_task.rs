@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use cdc_core::Lsn;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 
 use crate::event::ChangeEvent;
 use crate::sinks::{Sink, SinkError};
@@ -23,17 +23,18 @@ pub(crate) struct Batch {
 
 /// Writes batches to `sink` in order. Flushes whenever the channel is empty
 /// (or every [`MAX_BATCHES_PER_FLUSH`] batches), then publishes the end LSN of
-/// the last fully written transaction on `ack`. When the channel closes it
+/// the last fully written transaction on `ack` (and wakes `acked`). When the channel closes it
 /// closes the sink and publishes its final position.
 pub(crate) async fn run_sink(
     mut sink: Box<dyn Sink>,
     mut rx: mpsc::Receiver<Arc<Batch>>,
     ack: watch::Sender<Lsn>,
+    acked: Arc<Notify>,
 ) -> Result<(), SinkError> {
     let mut written = Lsn::INVALID;
     let mut unflushed = 0u32;
     let publish = |lsn: Lsn| {
-        ack.send_if_modified(|cur| {
+        let moved = ack.send_if_modified(|cur| {
             if lsn > *cur {
                 *cur = lsn;
                 true
@@ -41,6 +42,9 @@ pub(crate) async fn run_sink(
                 false
             }
         });
+        if moved {
+            acked.notify_one();
+        }
     };
     while let Some(batch) = rx.recv().await {
         if !batch.events.is_empty() {

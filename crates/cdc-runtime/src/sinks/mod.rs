@@ -47,6 +47,36 @@ pub use lines::{JsonLinesSink, StdoutSink};
 pub use null::NullSink;
 pub use postgres::{PgTableSink, PgTableSinkOptions, TableName};
 
+/// Opens the sink a `[[sinks]]` entry describes.
+pub async fn open_sink(config: &crate::config::SinkConfig) -> Result<Box<dyn Sink>, String> {
+    Ok(match config {
+        crate::config::SinkConfig::Stdout { format } => Box::new(JsonLinesSink::stdout(
+            crate::encoding::JsonEncoder::new(format.json_format()),
+        )),
+        crate::config::SinkConfig::File {
+            path,
+            max_file_bytes,
+            format,
+        } => Box::new(
+            FileSink::open(
+                FileSinkOptions {
+                    path: path.clone(),
+                    max_file_bytes: *max_file_bytes,
+                },
+                crate::encoding::JsonEncoder::new(format.json_format()),
+            )
+            .await
+            .map_err(|e| format!("file sink: {e}"))?,
+        ),
+        crate::config::SinkConfig::Postgres { url } => Box::new(
+            PgTableSink::connect(url.expose(), PgTableSinkOptions::default())
+                .await
+                .map_err(|e| format!("postgres sink: {e}"))?,
+        ),
+        crate::config::SinkConfig::Null => Box::new(NullSink::new()),
+    })
+}
+
 /// A destination for change events. See the [module docs](self) for the contract.
 #[async_trait::async_trait]
 pub trait Sink: Send {
@@ -89,7 +119,7 @@ pub enum SinkError {
         source: io::Error,
     },
     /// The target database failed.
-    #[error("target database: {0}")]
+    #[error("target database: {}", describe_pg_error(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// A table has no key columns (replica identity), so changes cannot be
     /// applied by key. Configure key columns for it.
@@ -146,5 +176,25 @@ impl SinkError {
 
     pub(crate) fn io(what: &'static str, path: Option<PathBuf>, source: io::Error) -> Self {
         SinkError::Io { what, path, source }
+    }
+}
+
+/// tokio-postgres' `Display` of a server error is just "db error": add the
+/// server's message, detail and hint, which say what to fix.
+fn describe_pg_error(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut s = format!("{}: {} ({})", db.severity(), db.message(), db.code().code());
+            if let Some(detail) = db.detail() {
+                s.push_str("; ");
+                s.push_str(detail);
+            }
+            if let Some(hint) = db.hint() {
+                s.push_str("; hint: ");
+                s.push_str(hint);
+            }
+            s
+        }
+        None => e.to_string(),
     }
 }

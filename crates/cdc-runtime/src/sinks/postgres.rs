@@ -77,12 +77,18 @@ impl PgTableSinkOptions {
 /// * Every identifier is quoted. Values are sent as text parameters (the
 ///   types' input syntax), typed by the target columns.
 ///
-/// The target tables must exist with a primary key or unique index on the
-/// key columns (the source's replica identity by default).
+/// The target tables must exist with a primary key. The key is, in order of
+/// preference: the columns configured with [`PgTableSinkOptions::key`], the
+/// target table's primary key (looked up once per table), or the source's
+/// replica identity columns. (With `REPLICA IDENTITY FULL` the source marks
+/// every column as key, so the target's primary key is what makes upserts
+/// work there.)
 pub struct PgTableSink {
     client: Option<Client>,
     options: PgTableSinkOptions,
     statements: HashMap<String, Statement>,
+    /// Primary-key column names of target tables (`None`: the table has none).
+    target_keys: HashMap<TableName, Option<Vec<String>>>,
 }
 
 impl std::fmt::Debug for PgTableSink {
@@ -102,7 +108,35 @@ impl PgTableSink {
             client: Some(client),
             options,
             statements: HashMap::new(),
+            target_keys: HashMap::new(),
         }
+    }
+
+    /// Looks up (once) the primary key of every target table in `batch`.
+    async fn learn_target_keys(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
+        for ev in batch {
+            let Some(table) = ev.table.as_deref() else {
+                continue;
+            };
+            let target = self.target(table);
+            if self.target_keys.contains_key(&target) {
+                continue;
+            }
+            let client = self.client.as_ref().ok_or(SinkError::Closed)?;
+            let rows = client
+                .query(
+                    "SELECT a.attname::text FROM pg_catalog.pg_index i \
+                     JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+                     WHERE i.indisprimary AND i.indrelid = to_regclass($1) \
+                     ORDER BY array_position(i.indkey::int2[], a.attnum)",
+                    &[&target.quoted()],
+                )
+                .await?;
+            let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+            self.target_keys
+                .insert(target, (!names.is_empty()).then_some(names));
+        }
+        Ok(())
     }
 
     /// Connects without TLS (`config` in libpq key=value or URL form) and
@@ -128,13 +162,24 @@ impl PgTableSink {
     /// Indexes of the key columns of `table`.
     fn key_indexes(&self, table: &TableSchema) -> Result<Vec<usize>, SinkError> {
         let source = TableName::new(&*table.schema, &*table.table);
-        let keys: Vec<usize> = match self.options.key_columns.get(&source) {
-            Some(names) => names
+        let target_pk = self
+            .target_keys
+            .get(&self.target(table))
+            .and_then(Option::as_ref)
+            .and_then(|names| {
+                names
+                    .iter()
+                    .map(|n| table.column_index(n))
+                    .collect::<Option<Vec<usize>>>()
+            });
+        let keys: Vec<usize> = match (self.options.key_columns.get(&source), target_pk) {
+            (Some(names), _) => names
                 .iter()
                 .map(|n| table.column_index(n))
                 .collect::<Option<_>>()
                 .ok_or(SinkError::Malformed("configured key column not in table"))?,
-            None => (0..table.columns.len())
+            (None, Some(pk)) => pk,
+            (None, None) => (0..table.columns.len())
                 .filter(|&i| table.columns.get(i).is_some_and(|c| c.is_key))
                 .collect(),
         };
@@ -282,6 +327,7 @@ impl Sink for PgTableSink {
         if self.client.is_none() {
             return Err(SinkError::Closed);
         }
+        self.learn_target_keys(batch).await?;
         let mut ops = Vec::new();
         for ev in batch {
             self.plan(ev, &mut ops)?;
@@ -326,6 +372,7 @@ impl Sink for PgTableSink {
     async fn close(&mut self) -> Result<(), SinkError> {
         self.client = None;
         self.statements.clear();
+        self.target_keys.clear();
         Ok(())
     }
 }

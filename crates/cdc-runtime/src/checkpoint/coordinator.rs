@@ -1,0 +1,394 @@
+//! [`Coordinator`]: decides when to checkpoint, captures, saves in the
+//! background, and tells the pipeline how far the slot may move.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use cdc_core::Lsn;
+use checkpoint_api::{
+    Checkpoint, CheckpointError, CheckpointId, CheckpointMeta, CheckpointStore, Lease,
+    OperatorState, ProtocolOptions, Regression, SourcePosition, Timestamp,
+};
+use tokio::task::JoinHandle;
+
+use super::{is_fatal, CheckpointOptions, CheckpointStats};
+use crate::operators::Operator;
+
+/// A captured checkpoint waiting for the sinks to flush `needs_ack`.
+struct Prepared {
+    checkpoint: Checkpoint,
+    needs_ack: Lsn,
+}
+
+/// What a finished save reports.
+struct Saved {
+    meta: CheckpointMeta,
+    retained: Vec<CheckpointMeta>,
+}
+
+/// The checkpoint state machine of one pipeline run.
+pub(crate) struct Coordinator {
+    store: Arc<dyn CheckpointStore>,
+    lease: Lease,
+    opts: CheckpointOptions,
+    template: SourcePosition,
+    next_id: CheckpointId,
+    last_taken: Instant,
+    bytes_since: u64,
+    due: bool,
+    prepared: Option<Prepared>,
+    saving: Option<JoinHandle<Result<Saved, CheckpointError>>>,
+    confirmable: Lsn,
+    stats: CheckpointStats,
+}
+
+impl Coordinator {
+    pub(crate) fn new(opts: CheckpointOptions, slot: &str, publications: &[String]) -> Self {
+        let template = SourcePosition {
+            commit_end_lsn: Lsn::INVALID,
+            slot: slot.to_owned(),
+            publications: publications.to_vec(),
+            protocol: ProtocolOptions::default(),
+        };
+        Coordinator {
+            store: opts.store.clone(),
+            lease: opts.lease.clone(),
+            next_id: opts.next_id,
+            confirmable: opts.confirmable,
+            template,
+            last_taken: Instant::now(),
+            bytes_since: 0,
+            due: false,
+            prepared: None,
+            saving: None,
+            stats: CheckpointStats::default(),
+            opts,
+        }
+    }
+
+    /// The checkpoint to resume from, if any.
+    pub(crate) fn resume(&self) -> Option<&Checkpoint> {
+        self.opts.resume.as_ref()
+    }
+
+    /// Records the pgoutput options of the current session.
+    pub(crate) fn set_protocol(&mut self, protocol: ProtocolOptions) {
+        self.template.protocol = protocol;
+    }
+
+    /// How far the slot may be confirmed: covered by durable checkpoints.
+    pub(crate) fn confirmable(&self) -> Lsn {
+        self.confirmable
+    }
+
+    pub(crate) fn stats(&self) -> CheckpointStats {
+        self.stats
+    }
+
+    /// Counts WAL bytes toward `max_bytes`.
+    pub(crate) fn add_bytes(&mut self, n: usize) {
+        self.bytes_since = self.bytes_since.saturating_add(n as u64);
+        if let Some(max) = self.opts.max_bytes {
+            if self.bytes_since >= max {
+                self.due = true;
+            }
+        }
+    }
+
+    /// Marks a checkpoint due if the interval has passed.
+    pub(crate) fn tick(&mut self) {
+        if self.last_taken.elapsed() >= self.opts.interval {
+            self.due = true;
+        }
+    }
+
+    /// Whether a checkpoint should be captured at the next boundary.
+    pub(crate) fn wants_capture(&self) -> bool {
+        self.due && self.prepared.is_none() && self.saving.is_none()
+    }
+
+    /// Whether a save is running.
+    pub(crate) fn is_saving(&self) -> bool {
+        self.saving.is_some()
+    }
+
+    /// Whether a captured checkpoint waits for the sinks.
+    pub(crate) fn is_waiting(&self) -> bool {
+        self.prepared.is_some() && self.saving.is_none()
+    }
+
+    /// How often the pipeline should call [`tick`](Self::tick).
+    pub(crate) fn tick_period(&self) -> std::time::Duration {
+        (self.opts.interval / 4).clamp(
+            std::time::Duration::from_millis(10),
+            std::time::Duration::from_secs(1),
+        )
+    }
+
+    /// Captures a checkpoint at `position` (a transaction boundary) holding
+    /// every operator's committed state; it is saved once the sinks have
+    /// flushed `needs_ack`.
+    pub(crate) fn capture(
+        &mut self,
+        position: Lsn,
+        needs_ack: Lsn,
+        operators: &[Box<dyn Operator>],
+    ) -> Result<(), CheckpointError> {
+        self.due = false;
+        self.last_taken = Instant::now();
+        self.bytes_since = 0;
+        let mut states = Vec::with_capacity(operators.len());
+        for op in operators {
+            let state = OperatorState::capture(op.as_ref())
+                .map_err(|e| CheckpointError::backend("capturing operator state", e))?;
+            states.push(state);
+        }
+        let mut source = self.template.clone();
+        source.commit_end_lsn = position;
+        let mut checkpoint = Checkpoint::new(
+            self.lease.job().clone(),
+            self.next_id,
+            Timestamp::from_system_time(SystemTime::now()),
+            source,
+        );
+        checkpoint.operators = states;
+        checkpoint.config_fingerprint = self.opts.config_fingerprint.clone();
+        self.next_id = self.next_id.next().unwrap_or(self.next_id);
+        self.prepared = Some(Prepared {
+            checkpoint,
+            needs_ack,
+        });
+        Ok(())
+    }
+
+    /// Starts saving the captured checkpoint once every sink acknowledged
+    /// what it covers (`acked`: the minimum over the sinks).
+    pub(crate) fn poll_acks(&mut self, acked: Lsn) {
+        if self.saving.is_some() {
+            return;
+        }
+        let ready = matches!(&self.prepared, Some(p) if acked >= p.needs_ack);
+        if !ready {
+            return;
+        }
+        let Some(prepared) = self.prepared.take() else {
+            return;
+        };
+        let store = self.store.clone();
+        let lease = self.lease.clone();
+        let keep = self.opts.keep;
+        self.saving = Some(tokio::spawn(async move {
+            let meta = store.save(&lease, &prepared.checkpoint).await?;
+            store.retain(&lease, keep).await?;
+            let retained = store.list(lease.job()).await?;
+            Ok(Saved { meta, retained })
+        }));
+    }
+
+    /// Waits for the running save (pending forever when none runs).
+    pub(crate) async fn saved(&mut self) -> Result<(), CheckpointError> {
+        let Some(handle) = self.saving.as_mut() else {
+            return std::future::pending().await;
+        };
+        let joined = handle.await;
+        self.saving = None;
+        let result = match joined {
+            Ok(r) => r,
+            Err(e) => Err(CheckpointError::backend("checkpoint task", e)),
+        };
+        self.finish(result)
+    }
+
+    /// Applies the outcome of a save: on success the slot may move; on
+    /// failure the next interval retries. Only fencing is fatal.
+    fn finish(&mut self, result: Result<Saved, CheckpointError>) -> Result<(), CheckpointError> {
+        match result {
+            Ok(saved) => {
+                // Never past the checkpoint just saved, and never back.
+                let allowed = self
+                    .opts
+                    .confirm
+                    .position(&saved.retained)
+                    .min(saved.meta.commit_end_lsn);
+                if allowed > self.confirmable {
+                    self.confirmable = allowed;
+                }
+                self.stats.saved += 1;
+                self.stats.last_id = Some(saved.meta.id);
+                self.stats.last_lsn = saved.meta.commit_end_lsn;
+                tracing::info!(
+                    id = %saved.meta.id,
+                    lsn = %saved.meta.commit_end_lsn,
+                    bytes = saved.meta.stored_bytes,
+                    retained = saved.retained.len(),
+                    confirmable = %self.confirmable,
+                    "checkpoint saved"
+                );
+                Ok(())
+            }
+            Err(e) if is_fatal(&e) => Err(e),
+            Err(e) => {
+                self.stats.failed += 1;
+                if let CheckpointError::Regressed {
+                    regression: Regression::Id { latest, .. },
+                    ..
+                } = &e
+                {
+                    if let Some(next) = latest.next() {
+                        self.next_id = self.next_id.max(next);
+                    }
+                }
+                tracing::warn!(error = %e, "checkpoint failed; streaming goes on, the slot stays, retrying at the next interval");
+                Ok(())
+            }
+        }
+    }
+
+    /// Shutdown: waits for a running save, then captures and saves a final
+    /// checkpoint at `position` right away (the sinks are drained).
+    pub(crate) async fn finish_final(
+        &mut self,
+        position: Option<Lsn>,
+        operators: &[Box<dyn Operator>],
+    ) -> Result<(), CheckpointError> {
+        if self.saving.is_some() {
+            self.saved().await?;
+        }
+        self.prepared = None;
+        let Some(position) = position else {
+            return Ok(());
+        };
+        if position.is_invalid() || position <= self.stats.last_lsn && self.stats.saved > 0 {
+            return Ok(());
+        }
+        self.capture(position, Lsn::INVALID, operators)?;
+        self.poll_acks(Lsn::INVALID);
+        self.saved().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use checkpoint_api::testkit::MemoryStore;
+    use checkpoint_api::{JobName, OwnerId};
+
+    use super::*;
+    use crate::checkpoint::ConfirmPolicy;
+    use crate::operators::TableCounters;
+
+    fn lsn(v: u64) -> Lsn {
+        Lsn::from_u64(v)
+    }
+
+    async fn coordinator(
+        store: Arc<MemoryStore>,
+        keep: usize,
+        confirm: ConfirmPolicy,
+    ) -> (Coordinator, JobName) {
+        let job = JobName::new("job").unwrap();
+        let lease = store
+            .acquire_lease(&job, &OwnerId::new("test").unwrap())
+            .await
+            .unwrap();
+        let mut opts = CheckpointOptions::new(store, lease);
+        opts.keep = keep;
+        opts.confirm = confirm;
+        opts.interval = Duration::ZERO;
+        (Coordinator::new(opts, "slot", &["pub".to_owned()]), job)
+    }
+
+    async fn take(c: &mut Coordinator, at: u64, ops: &[Box<dyn Operator>]) {
+        c.tick();
+        assert!(c.wants_capture());
+        c.capture(lsn(at), lsn(at), ops).unwrap();
+        c.poll_acks(lsn(at));
+        c.saved().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn saves_only_after_every_sink_acknowledged() {
+        let store = Arc::new(MemoryStore::new());
+        let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::OldestRetained).await;
+        let ops: Vec<Box<dyn Operator>> = vec![Box::new(TableCounters::new("counts"))];
+        c.tick();
+        c.capture(lsn(100), lsn(90), &ops).unwrap();
+        assert!(!c.wants_capture(), "one checkpoint at a time");
+        c.poll_acks(lsn(89));
+        assert!(
+            !c.is_saving(),
+            "a sink has not flushed what the checkpoint covers"
+        );
+        assert!(c.is_waiting());
+        c.poll_acks(lsn(90));
+        assert!(c.is_saving());
+        c.saved().await.unwrap();
+        assert_eq!(c.confirmable(), lsn(100));
+        let stored = store.latest(&job).await.unwrap().checkpoint.unwrap();
+        assert_eq!(stored.checkpoint.source.commit_end_lsn, lsn(100));
+        assert_eq!(stored.checkpoint.operators.len(), 1);
+        assert_eq!(stored.checkpoint.operators[0].id, "counts");
+    }
+
+    #[tokio::test]
+    async fn confirms_the_oldest_retained_or_the_newest() {
+        let store = Arc::new(MemoryStore::new());
+        let (mut c, job) = coordinator(store.clone(), 2, ConfirmPolicy::OldestRetained).await;
+        for at in [100, 200, 300] {
+            take(&mut c, at, &[]).await;
+        }
+        assert_eq!(store.list(&job).await.unwrap().len(), 2);
+        assert_eq!(c.confirmable(), lsn(200), "oldest of the two kept");
+        assert_eq!(c.stats().saved, 3);
+
+        let store = Arc::new(MemoryStore::new());
+        let (mut c, _) = coordinator(store, 2, ConfirmPolicy::Newest).await;
+        for at in [100, 200, 300] {
+            take(&mut c, at, &[]).await;
+        }
+        assert_eq!(c.confirmable(), lsn(300));
+    }
+
+    #[tokio::test]
+    async fn a_failed_save_is_retried_and_the_slot_stays() {
+        let store = Arc::new(MemoryStore::new());
+        let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::Newest).await;
+        take(&mut c, 100, &[]).await;
+        store.fail_next_save(&job);
+        take(&mut c, 200, &[]).await;
+        assert_eq!(c.confirmable(), lsn(100), "a failed save moves nothing");
+        assert_eq!(c.stats().failed, 1);
+        take(&mut c, 300, &[]).await;
+        assert_eq!(c.confirmable(), lsn(300));
+    }
+
+    #[tokio::test]
+    async fn a_fenced_writer_stops() {
+        let store = Arc::new(MemoryStore::new());
+        let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::Newest).await;
+        take(&mut c, 100, &[]).await;
+        store
+            .acquire_lease(&job, &OwnerId::new("other").unwrap())
+            .await
+            .unwrap();
+        c.tick();
+        c.capture(lsn(200), lsn(200), &[]).unwrap();
+        c.poll_acks(lsn(200));
+        let err = c.saved().await.unwrap_err();
+        assert!(matches!(err, CheckpointError::Fenced { .. }), "{err}");
+        assert_eq!(c.confirmable(), lsn(100));
+    }
+
+    #[tokio::test]
+    async fn the_final_checkpoint_is_skipped_when_nothing_moved() {
+        let store = Arc::new(MemoryStore::new());
+        let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::Newest).await;
+        take(&mut c, 100, &[]).await;
+        c.finish_final(Some(lsn(100)), &[]).await.unwrap();
+        assert_eq!(store.list(&job).await.unwrap().len(), 1);
+        c.finish_final(Some(lsn(150)), &[]).await.unwrap();
+        assert_eq!(store.list(&job).await.unwrap().len(), 2);
+        assert_eq!(c.confirmable(), lsn(150));
+    }
+}

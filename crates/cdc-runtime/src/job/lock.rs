@@ -1,0 +1,88 @@
+//! [`JobLock`]: one running instance per job.
+//!
+//! The store's lease fences a stale writer, but taking it is a takeover: a
+//! second `pgcdc run` of a job would fence the first. So before taking the
+//! lease, the runtime takes a session-level advisory lock on the checkpoint
+//! database, on a connection of its own held for the whole run. A second
+//! instance finds the lock taken and stops with a message naming the holder;
+//! when the first dies its connection closes and the lock is free again.
+
+use deadpool_postgres::{Object, Pool};
+
+/// Holds a job's advisory lock until dropped (the connection is closed).
+#[derive(Debug)]
+pub struct JobLock {
+    _client: deadpool_postgres::ClientWrapper,
+}
+
+/// Why a job's lock could not be taken.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Another instance runs the job.
+    #[error("job {job:?} is already running: PostgreSQL backend {pid} ({holder}) holds its lock in the checkpoint database; stop that instance first")]
+    Held {
+        /// The job.
+        job: String,
+        /// The holder's backend pid.
+        pid: i32,
+        /// The holder's application name and address.
+        holder: String,
+    },
+    /// The database could not be asked.
+    #[error("taking the job lock: {0}")]
+    Database(String),
+}
+
+const KEY_SQL: &str = "pg_catalog.hashtextextended('pgcdc job ' || $1, 0)";
+
+impl JobLock {
+    /// Takes the lock of `job` on a connection taken out of `pool` (it is
+    /// not returned to the pool: dropping the lock closes it).
+    pub async fn acquire(pool: &Pool, job: &str) -> Result<JobLock, LockError> {
+        let obj = pool
+            .get()
+            .await
+            .map_err(|e| LockError::Database(e.to_string()))?;
+        let client = Object::take(obj);
+        let row = client
+            .query_one(
+                &format!("SELECT pg_catalog.pg_try_advisory_lock({KEY_SQL})"),
+                &[&job],
+            )
+            .await
+            .map_err(|e| LockError::Database(e.to_string()))?;
+        let got: bool = row
+            .try_get(0)
+            .map_err(|e| LockError::Database(e.to_string()))?;
+        if got {
+            return Ok(JobLock { _client: client });
+        }
+        let holder = client
+            .query_opt(
+                &format!(
+                    "SELECT l.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local') \
+                     FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid \
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                     AND ((l.classid::int8 << 32) | l.objid::int8) = {KEY_SQL} LIMIT 1"
+                ),
+                &[&job],
+            )
+            .await
+            .map_err(|e| LockError::Database(e.to_string()))?;
+        let (pid, holder) = match holder {
+            Some(row) => {
+                let pid: i32 = row.try_get(0).unwrap_or(0);
+                let app: String = row.try_get(1).unwrap_or_default();
+                let addr: String = row.try_get(2).unwrap_or_default();
+                (pid, format!("{app} from {addr}"))
+            }
+            None => (0, "unknown".to_owned()),
+        };
+        Err(LockError::Held {
+            job: job.to_owned(),
+            pid,
+            holder,
+        })
+    }
+}

@@ -1,0 +1,181 @@
+//! A whole job as `pgcdc run` runs it: check the server, take the job's
+//! lock and lease, recover from the newest checkpoint, open the sinks and
+//! operators, and stream until shutdown.
+//!
+//! ```no_run
+//! use cdc_runtime::config::Config;
+//! use cdc_runtime::job::{run, RunOptions};
+//!
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::load("pgcdc.toml".as_ref())?;
+//! let progress = run(&config, &RunOptions::default(), async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! })
+//! .await?;
+//! println!("confirmed {}", progress.confirmed);
+//! # Ok(()) }
+//! ```
+
+mod lock;
+mod store;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use checkpoint_api::{CheckpointError, CheckpointId, JobName, OwnerId};
+
+use crate::checkpoint::{
+    recover, slot_state, CheckpointOptions, ConfirmPolicy, RecoveryError, RecoveryOptions,
+};
+use crate::config::{Config, ConfigFileError};
+use crate::pipeline::{Pipeline, PipelineError, PipelineOptions, Progress};
+use crate::replication::{ReplicationConnection, ReplicationError};
+use crate::setup::{prepare, SetupError, SetupMode};
+use crate::sinks::open_sink;
+
+pub use lock::{JobLock, LockError};
+pub use store::{open_store, store_connection_config};
+
+/// Options of [`run`] beyond the configuration file.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Resume from this retained checkpoint instead of the newest.
+    pub from_checkpoint: Option<CheckpointId>,
+}
+
+/// Why a job stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JobError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigFileError),
+    /// The source could not be reached.
+    #[error("cannot connect to the source: {0}")]
+    Connect(#[from] ReplicationError),
+    /// The source is not ready for streaming.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The checkpoint store failed.
+    #[error("checkpoint store: {0}")]
+    Store(#[from] CheckpointError),
+    /// Another instance runs the job.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The job cannot resume.
+    #[error(transparent)]
+    Recovery(#[from] RecoveryError),
+    /// A sink could not be opened.
+    #[error("{0}")]
+    Sink(String),
+    /// The pipeline stopped with an error.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+}
+
+/// Runs the job `config` describes until `shutdown` completes (then: final
+/// checkpoint, clean end of the stream) or a definite error.
+pub async fn run(
+    config: &Config,
+    options: &RunOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Progress, JobError> {
+    let source = &config.source;
+    let rc = source.replication_config()?;
+    tracing::info!(connection = %rc, "connecting");
+    let mut conn = ReplicationConnection::connect(&rc).await?;
+    // The slot as it was before anything is created: a job with a
+    // checkpoint must not silently get a new slot.
+    let slot_before = slot_state(&mut conn, &source.slot).await?;
+
+    let mut checkpointing = None;
+    if let Some(cc) = &config.checkpoint {
+        let store = open_store(config, cc).await?;
+        let job = JobName::new(cc.job_name(source)).map_err(|e| ConfigFileError::Invalid {
+            key: "checkpoint.job".into(),
+            reason: e.to_string(),
+        })?;
+        let lock = JobLock::acquire(store.pool(), job.as_str()).await?;
+        let owner = OwnerId::new(owner_id()).map_err(|e| ConfigFileError::Invalid {
+            key: "checkpoint.job".into(),
+            reason: e.to_string(),
+        })?;
+        let recovered = recover(
+            &store,
+            &source.slot,
+            slot_before.as_ref(),
+            &RecoveryOptions {
+                job,
+                owner,
+                from_checkpoint: options.from_checkpoint,
+                trust_slot: cc.trust_slot,
+            },
+        )
+        .await?;
+        checkpointing = Some((store, lock, recovered, cc));
+    } else if options.from_checkpoint.is_some() {
+        return Err(ConfigFileError::Invalid {
+            key: "--from-checkpoint".into(),
+            reason: "the configuration has no [checkpoint] section".into(),
+        }
+        .into());
+    }
+
+    prepare(&mut conn, source, SetupMode::Create).await?;
+    let _ = conn.close().await;
+
+    let mut sinks = Vec::with_capacity(config.sinks.len());
+    for s in &config.sinks {
+        sinks.push(open_sink(s).await.map_err(JobError::Sink)?);
+    }
+    let operators = config
+        .operators
+        .iter()
+        .map(|o| o.build())
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut po = PipelineOptions::new(rc, &source.slot, &source.publication);
+    po.start_lsn = config.start_lsn()?;
+    po.batch_size = config.pipeline.batch_size;
+    po.byte_budget = config.pipeline.byte_budget;
+    po.status_interval = config.status_interval();
+    po.channel_capacity = config.pipeline.channel_capacity;
+
+    let mut _lock = None;
+    let pipeline = match checkpointing {
+        Some((store, lock, recovered, cc)) => {
+            _lock = Some(lock);
+            // A restored checkpoint wins over a configured start position.
+            if recovered.checkpoint.is_some() {
+                po.start_lsn = recovered.start_lsn;
+            }
+            let confirm: ConfirmPolicy = cc.confirm.into();
+            let copts = CheckpointOptions {
+                store: Arc::new(store),
+                lease: recovered.lease,
+                interval: cc.interval(),
+                max_bytes: cc.max_bytes,
+                keep: cc.keep,
+                confirm,
+                confirmable: confirm.position(&recovered.retained),
+                resume: recovered.checkpoint.map(|c| c.checkpoint),
+                next_id: recovered.next_id,
+                config_fingerprint: bytes::Bytes::new(),
+            };
+            Pipeline::new(po, sinks)
+                .with_operators(operators)
+                .with_checkpoints(copts)
+        }
+        None => Pipeline::new(po, sinks).with_operators(operators),
+    };
+    let progress = pipeline.run(shutdown).await?;
+    tracing::info!(confirmed = %progress.confirmed, events = progress.events,
+        reconnects = progress.reconnects, checkpoints = progress.checkpoints.saved, "stopped cleanly");
+    Ok(progress)
+}
+
+/// Who this process is, as the checkpoint lease records it.
+fn owner_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned());
+    format!("pgcdc@{host}:{}", std::process::id())
+}

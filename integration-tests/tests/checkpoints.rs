@@ -1,0 +1,472 @@
+//! Checkpoints and recovery of whole jobs (`cdc_runtime::job::run`, what
+//! `pgcdc run` does) against a real server.
+// Test code: a failed step must fail the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cdc_core::Lsn;
+use cdc_runtime::config::Config;
+use cdc_runtime::job::{self, JobError, RunOptions};
+use cdc_runtime::operators::{Group, KeyedAggregate, KeyedAggregateSpec};
+use cdc_runtime::pipeline::Progress;
+use cdc_runtime::sinks::FileSink;
+use checkpoint_api::{CheckpointStore, JobName};
+use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
+use integration_tests::{TestDatabase, TestPostgres};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio_postgres::Client;
+
+/// How long any awaited condition may take before the test fails.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Job {
+    dir: PathBuf,
+    config: Config,
+}
+
+impl Job {
+    /// A job over `public.orders` with a file sink, a keyed aggregate, table
+    /// counters and checkpoints every `interval_ms` into the source database.
+    fn new(db: &TestDatabase, name: &str, interval_ms: u64, keep: usize, extra: &str) -> Job {
+        let dir = std::env::temp_dir().join(format!("pgcdc-ckpt-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let password = db
+            .password()
+            .map(|p| format!("password = {p:?}\n"))
+            .unwrap_or_default();
+        let text = format!(
+            r#"
+            [source]
+            host = {host:?}
+            port = {port}
+            database = {dbname:?}
+            user = {user:?}
+            {password}
+            sslmode = "disable"
+            tables = ["public.orders"]
+            slot = "{name}_slot"
+            publication = "{name}_pub"
+
+            [pipeline]
+            status_interval_secs = 1
+
+            [[sinks]]
+            type = "file"
+            path = {path:?}
+
+            [checkpoint]
+            job = {name:?}
+            interval_ms = {interval_ms}
+            keep = {keep}
+            {extra}
+
+            [[operators]]
+            type = "table_counters"
+            id = "counts"
+
+            [[operators]]
+            type = "keyed_aggregate"
+            id = "totals"
+            table = "public.orders"
+            key = "customer"
+            value = "amount"
+            "#,
+            host = db.host(),
+            port = db.port(),
+            dbname = db.name(),
+            user = db.user(),
+            path = dir.join("events.jsonl").display().to_string(),
+        );
+        let config = Config::parse(&text).unwrap();
+        config.check().unwrap();
+        Job { dir, config }
+    }
+
+    fn spawn(&self) -> Running {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let config = self.config.clone();
+        let task = tokio::spawn(async move {
+            job::run(&config, &RunOptions::default(), async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        Running { stop, task }
+    }
+
+    fn events(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for file in FileSink::files(&self.dir.join("events.jsonl")).unwrap() {
+            for line in std::fs::read_to_string(file).unwrap().lines() {
+                out.push(serde_json::from_str(line).unwrap());
+            }
+        }
+        out
+    }
+
+    fn job_name(&self) -> JobName {
+        JobName::new(
+            self.config
+                .checkpoint
+                .as_ref()
+                .unwrap()
+                .job
+                .clone()
+                .unwrap(),
+        )
+        .unwrap()
+    }
+}
+
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<Progress, JobError>>,
+}
+
+impl Running {
+    async fn stop(self) -> Progress {
+        let _ = self.stop.send(());
+        tokio::time::timeout(TIMEOUT, self.task)
+            .await
+            .expect("the job did not stop")
+            .unwrap()
+            .expect("the job failed")
+    }
+}
+
+async fn create_orders(client: &Client) {
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer int, amount int);
+             ALTER TABLE orders REPLICA IDENTITY FULL;",
+        )
+        .await
+        .unwrap();
+}
+
+/// Inserts ids `from..to` in transactions of `per_txn` rows.
+async fn insert_orders(client: &Client, from: i64, to: i64, per_txn: i64) {
+    let mut start = from;
+    while start < to {
+        let end = (start + per_txn).min(to);
+        client
+            .execute(
+                "INSERT INTO orders SELECT g, g % 7, g * 3 FROM generate_series($1::bigint, $2::bigint - 1) g",
+                &[&start, &end],
+            )
+            .await
+            .unwrap();
+        start = end;
+    }
+}
+
+async fn current_wal(client: &Client) -> Lsn {
+    let row = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap();
+    row.get::<_, String>(0).parse().unwrap()
+}
+
+async fn slot_confirmed(client: &Client, slot: &str) -> Lsn {
+    let row = client
+        .query_opt(
+            "SELECT coalesce(confirmed_flush_lsn, '0/0')::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap();
+    row.map_or(Lsn::INVALID, |r| r.get::<_, String>(0).parse().unwrap())
+}
+
+async fn store(db: &TestDatabase) -> PgCheckpointStore {
+    PgCheckpointStore::connect(db.connection_info().config(), PgStoreConfig::default())
+        .await
+        .unwrap()
+}
+
+/// Polls `check` until it yields a value (server-side conditions have no
+/// notification).
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Waits until a checkpoint at or past `lsn` is stored.
+async fn await_checkpoint(store: &PgCheckpointStore, job: &JobName, lsn: Lsn) {
+    eventually("a checkpoint", || async {
+        let list = store.list(job).await.unwrap();
+        list.iter().any(|m| m.commit_end_lsn >= lsn).then_some(())
+    })
+    .await
+}
+
+/// Order ids in insert events of `orders`, and how often each was delivered.
+fn inserted_ids(events: &[Value]) -> BTreeMap<i64, usize> {
+    let mut ids = BTreeMap::new();
+    for e in events {
+        if e["source"]["table"] == "orders" && e["op"] == "c" {
+            *ids.entry(e["after"]["id"].as_i64().unwrap()).or_default() += 1;
+        }
+    }
+    ids
+}
+
+/// The aggregate as the newest checkpoint holds it.
+async fn checkpointed_groups(
+    store: &PgCheckpointStore,
+    job: &JobName,
+) -> BTreeMap<Option<String>, Group> {
+    let latest = store.latest(job).await.unwrap().checkpoint.unwrap();
+    let mut agg = KeyedAggregate::new(KeyedAggregateSpec {
+        id: "totals".into(),
+        schema: "public".into(),
+        table: "orders".into(),
+        key: "customer".into(),
+        value: "amount".into(),
+    });
+    latest
+        .checkpoint
+        .operator("totals")
+        .unwrap()
+        .restore_into(&mut agg)
+        .unwrap();
+    agg.groups().clone()
+}
+
+/// `SELECT customer, count(*), sum(amount) ... GROUP BY customer`.
+async fn sql_groups(client: &Client) -> BTreeMap<Option<String>, Group> {
+    let rows = client
+        .query(
+            "SELECT customer::text, count(*), coalesce(sum(amount), 0)::int8 FROM orders GROUP BY customer",
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter()
+        .map(|r| {
+            (
+                r.get::<_, Option<String>>(0),
+                Group {
+                    count: r.get(1),
+                    sum: i128::from(r.get::<_, i64>(2)),
+                },
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_restarted_job_resumes_from_its_checkpoint_with_operator_state() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    create_orders(&client).await;
+    let job = Job::new(&db, "resume", 100, 3, "");
+    let name = job.job_name();
+
+    let running = job.spawn();
+    let store = store(&db).await;
+    // The job creates the slot; wait until it streams before writing.
+    eventually("the slot", || async {
+        (!slot_confirmed(&client, "resume_slot").await.is_invalid()).then_some(())
+    })
+    .await;
+    insert_orders(&client, 0, 200, 20).await;
+    client
+        .execute(
+            "UPDATE orders SET amount = amount + 1 WHERE id % 5 = 0",
+            &[],
+        )
+        .await
+        .unwrap();
+    client
+        .execute("DELETE FROM orders WHERE id % 11 = 0", &[])
+        .await
+        .unwrap();
+    let written = current_wal(&client).await;
+    await_checkpoint(&store, &name, written).await;
+    let first = running.stop().await;
+    assert!(first.checkpoints.saved >= 1, "{first:?}");
+
+    // While it is down: more changes.
+    insert_orders(&client, 200, 300, 25).await;
+    let running = job.spawn();
+    let written = current_wal(&client).await;
+    await_checkpoint(&store, &name, written).await;
+    let second = running.stop().await;
+
+    // Every row arrived exactly once: graceful stops leave nothing to replay.
+    let ids = inserted_ids(&job.events());
+    assert_eq!(ids.len(), 300, "every insert arrived");
+    assert!(ids.values().all(|&n| n == 1), "no insert arrived twice");
+    // The operator state went through the restart.
+    assert_eq!(
+        checkpointed_groups(&store, &name).await,
+        sql_groups(&client).await
+    );
+    // Retention, and the slot never past the oldest retained checkpoint.
+    let list = store.list(&name).await.unwrap();
+    assert!(list.len() <= 3, "{} checkpoints kept", list.len());
+    let oldest = list.iter().map(|m| m.commit_end_lsn).min().unwrap();
+    let confirmed = slot_confirmed(&client, "resume_slot").await;
+    assert!(
+        confirmed <= oldest,
+        "slot {confirmed} passed the oldest checkpoint {oldest}"
+    );
+    assert!(second.confirmed <= oldest);
+}
+
+#[tokio::test]
+async fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    create_orders(&client).await;
+    let job = Job::new(&db, "corrupt", 100, 5, "");
+    let name = job.job_name();
+    let store = store(&db).await;
+
+    let running = job.spawn();
+    eventually("the slot", || async {
+        (!slot_confirmed(&client, "corrupt_slot").await.is_invalid()).then_some(())
+    })
+    .await;
+    insert_orders(&client, 0, 100, 10).await;
+    await_checkpoint(&store, &name, current_wal(&client).await).await;
+    insert_orders(&client, 100, 150, 10).await;
+    await_checkpoint(&store, &name, current_wal(&client).await).await;
+    running.stop().await;
+
+    // Flip a byte in the newest checkpoint (small states are inline).
+    let newest = store.list(&name).await.unwrap().last().unwrap().clone();
+    let flipped = client
+        .execute(
+            &format!(
+                "UPDATE {} SET data = set_byte(data, length(data) / 2, get_byte(data, length(data) / 2) # 16) \
+                 WHERE job = $1 AND checkpoint_id = $2 AND storage = 'inline'",
+                store.checkpoints_table()
+            ),
+            &[&name.as_str(), &(newest.id.get() as i64)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(flipped, 1);
+
+    insert_orders(&client, 150, 200, 10).await;
+    let running = job.spawn();
+    await_checkpoint(&store, &name, current_wal(&client).await).await;
+    running.stop().await;
+
+    let ids = inserted_ids(&job.events());
+    let expected: BTreeSet<i64> = (0..200).collect();
+    assert_eq!(
+        ids.keys().copied().collect::<BTreeSet<_>>(),
+        expected,
+        "nothing lost"
+    );
+    let list = store.list(&name).await.unwrap();
+    assert!(
+        list.iter().all(|m| m.id != newest.id),
+        "the corrupt checkpoint was deleted"
+    );
+    assert_eq!(
+        checkpointed_groups(&store, &name).await,
+        sql_groups(&client).await
+    );
+}
+
+#[tokio::test]
+async fn a_second_instance_of_a_running_job_is_refused() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    create_orders(&client).await;
+    let job = Job::new(&db, "twice", 1000, 5, "");
+    let first = job.spawn();
+    eventually("the slot to be active", || async {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'twice_slot' AND active",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get::<_, i64>(0) == 1).then_some(())
+    })
+    .await;
+    let err = tokio::time::timeout(
+        TIMEOUT,
+        job::run(&job.config, &RunOptions::default(), std::future::pending()),
+    )
+    .await
+    .expect("the second instance must not wait")
+    .unwrap_err();
+    assert!(matches!(err, JobError::Lock(_)), "{err}");
+    assert!(err.to_string().contains("already running"), "{err}");
+    // The first one was not disturbed (its lease was not taken over).
+    insert_orders(&client, 0, 10, 10).await;
+    let store = store(&db).await;
+    await_checkpoint(&store, &job.job_name(), current_wal(&client).await).await;
+    let progress = first.stop().await;
+    assert!(progress.events >= 10, "{progress:?}");
+    assert_eq!(inserted_ids(&job.events()).len(), 10);
+}
+
+#[tokio::test]
+async fn the_slot_advances_while_the_published_tables_are_idle() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    create_orders(&client).await;
+    client
+        .batch_execute("CREATE TABLE noise (id bigint, pad text)")
+        .await
+        .unwrap();
+    let job = Job::new(&db, "idle", 100, 2, "");
+    let running = job.spawn();
+    let start = eventually("the slot", || async {
+        let c = slot_confirmed(&client, "idle_slot").await;
+        (!c.is_invalid()).then_some(c)
+    })
+    .await;
+    // About 100 MB of WAL in a table nobody publishes.
+    for chunk in 0..10 {
+        client
+            .execute(
+                "INSERT INTO noise SELECT g, repeat(md5(g::text), 30) FROM generate_series($1::bigint, $1::bigint + 9999) g",
+                &[&(chunk * 10_000i64)],
+            )
+            .await
+            .unwrap();
+    }
+    let written = current_wal(&client).await;
+    assert!(
+        written.as_u64() - start.as_u64() > 50 << 20,
+        "the noise wrote WAL"
+    );
+    let confirmed = eventually("the slot to pass the noise", || async {
+        let c = slot_confirmed(&client, "idle_slot").await;
+        (c >= written).then_some(c)
+    })
+    .await;
+    running.stop().await;
+    assert!(confirmed >= written);
+    assert!(
+        inserted_ids(&job.events()).is_empty(),
+        "nothing published was written"
+    );
+}
