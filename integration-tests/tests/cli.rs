@@ -233,6 +233,7 @@ const COLUMNS: &str = r#"
     ts timestamp, ts3 timestamp(3), tstz timestamptz, iv interval,
     u uuid, j json, jb jsonb,
     ip inet, mac macaddr, lsn pg_lsn,
+    m8 macaddr8, net cidr, mood mood, nm name,
     ai int4[], atxt text[], a2 int4[], anum numeric[],
     big text
 "#;
@@ -263,6 +264,7 @@ const DEBEZIUM_ROW: &str = r#"json_build_object(
              + extract(minute FROM iv) * 60000000 + extract(microseconds FROM iv))::int8,
     'u', u, 'j', j::text, 'jb', jb::text,
     'ip', ip::text, 'mac', mac::text, 'lsn', (lsn - '0/0'::pg_lsn)::int8,
+    'm8', m8::text, 'net', net::text, 'mood', mood::text, 'nm', nm,
     'ai', ai, 'atxt', atxt, 'a2', a2, 'anum', anum::text[],
     'big', big)"#;
 
@@ -277,6 +279,7 @@ const ROW_TYPICAL: &str = r#"42, 100000, 9000000000, 12345,
     '1 year 2 mons 3 days 04:05:06.7',
     'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"b": [1, 2], "a": null}', '{"b": [1, 2], "a": null}',
     '192.168.0.1/24', '08:00:2b:01:02:03', '16/B374D848',
+    '08:00:2b:01:02:03:04:05', '192.168.100.128/25', 'happy', 'a name',
     '{1,NULL,3}', '{"with space","q\"uote",NULL}', '{{1,2},{3,4}}', '{1.50,-2,NaN}',
     'small'"#;
 
@@ -290,13 +293,14 @@ const ROW_EXTREME: &str = r#"-32768, -2147483648, -9223372036854775808, 42949672
     '-1 year -2 days -00:00:00.000001',
     '00000000-0000-0000-0000-000000000000', '[]', '{}',
     '::1', '00:00:00:00:00:00', '0/0',
+    'ff:ff:ff:ff:ff:ff:ff:ff', '2001:db8::/32', 'ok', '',
     '{}', '{}', '{{NULL}}', '{}',
     ''"#;
 
 /// Every column NULL except the key.
 const ROW_NULLS: &str = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL";
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL";
 
 /// The changes applied to each captured table (`{t}`), one transaction each.
 const DML: &[&str] = &[
@@ -310,7 +314,8 @@ const DML: &[&str] = &[
     "UPDATE {t} SET id = 10 WHERE id = 1",
     "DELETE FROM {t} WHERE id = 2",
     // NULLs become values.
-    "UPDATE {t} SET f8 = 'Infinity', d = '2000-01-01', ai = '{7}', flag = false WHERE id = 3",
+    "UPDATE {t} SET f8 = 'Infinity', f4 = '-Infinity', d = '2000-01-01', tstz = 'infinity',
+            ts3 = 'infinity', ai = '{7}', flag = false WHERE id = 3",
     // Several changes of one row in one transaction.
     "BEGIN;
      INSERT INTO {t} (id, txt) VALUES (5, 'five');
@@ -432,7 +437,8 @@ async fn run_streams_every_change_and_value_type_to_the_file_sink() {
     let client = db.connect().await.unwrap();
     client
         .batch_execute(&format!(
-            "CREATE TABLE t_default ({COLUMNS});
+            "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+             CREATE TABLE t_default ({COLUMNS});
              CREATE TABLE t_full ({COLUMNS});
              ALTER TABLE t_full REPLICA IDENTITY FULL;
              CREATE TABLE t_trunc (k int PRIMARY KEY, v text);"
