@@ -81,6 +81,18 @@ pub enum HarnessError {
         /// The unsupported operation.
         what: &'static str,
     },
+    /// The `pgcdc` binary is not built next to the test executable.
+    #[error(
+        "the pgcdc binary is not built ({path} is missing): run `cargo build -p cdc-runtime --bin \
+         pgcdc` (with the same profile as the tests), or `cargo test --workspace`, which builds it"
+    )]
+    NotBuilt {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// Something the harness waited for did not happen in time.
+    #[error("timed out waiting for {0}")]
+    Timeout(String),
     /// A background task of the harness panicked or was cancelled.
     #[error("harness task failed: {0}")]
     Task(String),

@@ -37,6 +37,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! End-to-end tests of the `pgcdc` command line run the real binary as a child
+//! process: [`pgcdc_binary`], [`run_pgcdc`] and [`Pgcdc`] (`cargo test
+//! --workspace` builds it; otherwise `cargo build -p cdc-runtime --bin pgcdc`).
+//!
 //! # Where the server comes from
 //!
 //! The shared server is, in this order (override with
@@ -81,6 +85,7 @@
 #![forbid(unsafe_code)]
 
 mod binaries;
+mod cli;
 mod conn;
 mod docker;
 mod error;
@@ -88,6 +93,7 @@ mod local;
 mod tls;
 mod watchdog;
 
+pub use cli::{pgcdc_binary, run_pgcdc, Pgcdc};
 pub use conn::{ConnectionInfo, TestDatabase};
 pub use error::{HarnessError, Result};
 pub use local::{ClusterOptions, LocalCluster, DEFAULT_SETTINGS, SUPERUSER};

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -386,6 +387,126 @@ async fn the_slot_is_never_confirmed_past_what_the_sink_flushed() {
     assert!(confirmed <= progress.borrow().confirmed);
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
+}
+
+/// A sink that takes `delay` per batch (it is slow, that is all: the sleep is
+/// not synchronisation) and counts the events it has finished writing.
+struct SlowSink {
+    delay: Duration,
+    written: Arc<AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl Sink for SlowSink {
+    async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
+        tokio::time::sleep(self.delay).await;
+        self.written.fetch_add(batch.len() as u64, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// A slow sink holds the pipeline back instead of letting it buffer: while
+/// 200k rows are committed much faster than the sink writes them, the events
+/// the pipeline holds (decoded, not yet written by the sink) stay within its
+/// channel capacity.
+///
+/// The criterion is a count, not memory: `Progress::events` (events decoded
+/// and handed towards the sink) minus the events the sink finished writing.
+/// Batches hold at most `batch_size` events (one per row here), the channel
+/// `channel_capacity` batches, the sink one more, and the source one it is
+/// waiting to send, so the difference can never exceed
+/// `(channel_capacity + 2) * batch_size` if backpressure works, and would grow
+/// towards the backlog (~200k) if it did not. Process RSS would say the same
+/// less exactly: it moves with the allocator, TCP buffers and the other tests
+/// running in this process.
+#[tokio::test]
+async fn a_slow_sink_bounds_the_events_held_in_the_pipeline() {
+    const ROWS: u64 = 200_000;
+    const PER_TXN: u64 = 10_000;
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE bulk (id int8 PRIMARY KEY, pad text)")
+        .await
+        .unwrap();
+    let source = source_config(&db, &["bulk"], "pgcdc_slow");
+    setup(&source).await.unwrap();
+    let mut opts = options(&source);
+    opts.batch_size = 100;
+    opts.channel_capacity = 4;
+    let bound = ((opts.channel_capacity + 2) * opts.batch_size) as u64;
+    let written = Arc::new(AtomicU64::new(0));
+    let sink = SlowSink {
+        // At most 10k events/s: far slower than decoding and than the writer.
+        delay: Duration::from_millis(10),
+        written: written.clone(),
+    };
+    let (stop, task, progress) = spawn(opts, vec![Box::new(sink)]);
+
+    // Sample on every progress update.
+    let max_in_flight = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (written, max) = (written.clone(), max_in_flight.clone());
+        let mut progress = progress.clone();
+        tokio::spawn(async move {
+            while progress.changed().await.is_ok() {
+                let events = progress.borrow_and_update().events;
+                let in_flight = events.saturating_sub(written.load(Ordering::SeqCst));
+                max.fetch_max(in_flight, Ordering::SeqCst);
+            }
+        })
+    };
+
+    // One transaction per 10k rows (not one huge transaction: that would be
+    // streamed by the server and buffered whole, which is another test's subject).
+    for start in (0..ROWS).step_by(PER_TXN as usize) {
+        client
+            .batch_execute(&format!(
+                "INSERT INTO bulk SELECT g, repeat('x', 100) FROM generate_series({}, {}) g",
+                start + 1,
+                start + PER_TXN
+            ))
+            .await
+            .unwrap();
+    }
+    let backlog = ROWS - written.load(Ordering::SeqCst);
+    // The sink keeps working in steady state for a while, then stop.
+    let target = written.load(Ordering::SeqCst) + 5_000;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while written.load(Ordering::SeqCst) < target {
+        assert!(tokio::time::Instant::now() < deadline, "the sink stalled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(()).unwrap();
+    let done = task.await.unwrap().unwrap();
+    sampler.abort();
+
+    let max = max_in_flight.load(Ordering::SeqCst);
+    println!(
+        "backlog {backlog} events when the writer finished; at most {max} held (bound {bound})"
+    );
+    assert!(
+        backlog > 10 * bound,
+        "the writer did not outrun the sink (backlog {backlog}), the test shows nothing"
+    );
+    assert!(
+        max <= bound,
+        "{max} events held in the pipeline, more than {bound}, with a backlog of {backlog}"
+    );
+    // The channel did fill up: the sink, not the source, set the pace.
+    assert!(
+        max >= bound / 2,
+        "at most {max} events in flight: backpressure never engaged"
+    );
+    assert!(done.events < ROWS, "{done:?}");
 }
 
 #[tokio::test]
