@@ -27,26 +27,13 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 const KILLS: usize = 20;
 const KEYS: i64 = 100_000;
 
-/// The `pgcdc` binary `cargo test` built next to this test.
-fn pgcdc_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let bin = dir.join(format!("pgcdc{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build -p cdc-runtime --bin pgcdc` (cargo test --workspace builds it)",
-        bin.display()
-    );
-    bin
-}
-
 fn spawn(config: &PathBuf, log: &PathBuf) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    Command::new(pgcdc_bin())
+    Command::new(integration_tests::pgcdc_binary().unwrap())
         .args(["run", "--config"])
         .arg(config)
         .env("RUST_LOG", "info")
