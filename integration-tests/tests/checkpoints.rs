@@ -20,6 +20,16 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_postgres::Client;
 
+/// Logs of the code under test, filtered by `PGCDC_TEST_LOG` (off when unset).
+fn init_logging() {
+    if let Ok(filter) = std::env::var("PGCDC_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 /// How long any awaited condition may take before the test fails.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -275,6 +285,7 @@ async fn sql_groups(client: &Client) -> BTreeMap<Option<String>, Group> {
 
 #[tokio::test]
 async fn a_restarted_job_resumes_from_its_checkpoint_with_operator_state() {
+    init_logging();
     let db = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
     create_orders(&client).await;
@@ -335,6 +346,7 @@ async fn a_restarted_job_resumes_from_its_checkpoint_with_operator_state() {
 
 #[tokio::test]
 async fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
+    init_logging();
     let db = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
     create_orders(&client).await;
@@ -393,6 +405,7 @@ async fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
 
 #[tokio::test]
 async fn a_second_instance_of_a_running_job_is_refused() {
+    init_logging();
     let db = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
     create_orders(&client).await;
@@ -401,7 +414,10 @@ async fn a_second_instance_of_a_running_job_is_refused() {
     eventually("the slot to be active", || async {
         let row = client
             .query_one(
-                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'twice_slot' AND active",
+                // A slot being created is already active, but only changes
+                // after its consistent point (confirmed_flush_lsn set) stream.
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'twice_slot' AND active \
+                 AND confirmed_flush_lsn IS NOT NULL",
                 &[],
             )
             .await
@@ -421,14 +437,17 @@ async fn a_second_instance_of_a_running_job_is_refused() {
     // The first one was not disturbed (its lease was not taken over).
     insert_orders(&client, 0, 10, 10).await;
     let store = store(&db).await;
-    await_checkpoint(&store, &job.job_name(), current_wal(&client).await).await;
+    let written = current_wal(&client).await;
+    await_checkpoint(&store, &job.job_name(), written).await;
     let progress = first.stop().await;
-    assert!(progress.events >= 10, "{progress:?}");
+    assert!(progress.events >= 10, "{progress:?} written={written}");
+    assert_eq!(inserted_ids(&job.events()).len(), 10);
     assert_eq!(inserted_ids(&job.events()).len(), 10);
 }
 
 #[tokio::test]
 async fn the_slot_advances_while_the_published_tables_are_idle() {
+    init_logging();
     let db = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
     create_orders(&client).await;

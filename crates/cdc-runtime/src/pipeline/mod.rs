@@ -646,6 +646,7 @@ impl Source<'_> {
     ) -> Result<(), PipelineError> {
         match ReplicationMessage::parse(payload)? {
             ReplicationMessage::PrimaryKeepalive(k) => {
+                tracing::trace!(slot = %self.options.slot, wal_end = %k.wal_end, reply = k.reply_requested, open = ?self.converter.open_transaction(), "keepalive");
                 // Between transactions everything before the server's
                 // position has been sent: a checkpoint may record it.
                 if self.converter.open_transaction().is_none()
@@ -660,6 +661,7 @@ impl Source<'_> {
                 }
             }
             ReplicationMessage::XLogData(x) => {
+                tracing::trace!(slot = %self.options.slot, wal_start = %x.wal_start, wal_end = %x.wal_end, "xlogdata");
                 if x.wal_start > shared.received {
                     shared.received = x.wal_start;
                 }
