@@ -15,7 +15,7 @@ use cdc_runtime::pipeline::Progress;
 use cdc_runtime::sinks::FileSink;
 use checkpoint_api::{CheckpointStore, JobName};
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
-use integration_tests::{TestDatabase, TestPostgres};
+use integration_tests::{ClusterOptions, TestDatabase, TestPostgres};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_postgres::Client;
@@ -488,4 +488,70 @@ async fn the_slot_advances_while_the_published_tables_are_idle() {
         inserted_ids(&job.events()).is_empty(),
         "nothing published was written"
     );
+}
+
+#[tokio::test]
+async fn streaming_goes_on_while_the_checkpoint_store_is_down() {
+    init_logging();
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    create_orders(&client).await;
+    // The checkpoints live in a server of their own, which the test stops.
+    let store_cluster = TestPostgres::dedicated(ClusterOptions::new())
+        .await
+        .unwrap();
+    let store_db = store_cluster.create_database().await.unwrap();
+    let url = store_db.connection_info().connection_string();
+    let job = Job::new(&db, "outage", 100, 2, &format!("url = {url:?}"));
+    let name = job.job_name();
+    let running = job.spawn();
+    let slot = "outage_slot";
+    eventually("the slot", || async {
+        (!slot_confirmed(&client, slot).await.is_invalid()).then_some(())
+    })
+    .await;
+    insert_orders(&client, 0, 20, 10).await;
+    {
+        let store = store(&store_db).await;
+        await_checkpoint(&store, &name, current_wal(&client).await).await;
+    }
+    let before_outage = eventually("the slot to follow the checkpoints", || async {
+        let c = slot_confirmed(&client, slot).await;
+        (c >= current_wal(&client).await).then_some(c)
+    })
+    .await;
+
+    store_cluster.stop().await.unwrap();
+    let outage = tokio::time::Instant::now();
+    // For 10 s: changes keep arriving, the slot stays where it was.
+    let mut next = 20i64;
+    while outage.elapsed() < Duration::from_secs(10) {
+        insert_orders(&client, next, next + 5, 5).await;
+        next += 5;
+        let want = next;
+        eventually("events during the outage", || async {
+            (inserted_ids(&job.events()).len() as i64 == want).then_some(())
+        })
+        .await;
+        assert_eq!(
+            slot_confirmed(&client, slot).await,
+            before_outage,
+            "the slot moved without a durable checkpoint"
+        );
+    }
+
+    store_cluster.start().await.unwrap();
+    let end = current_wal(&client).await;
+    let store = store(&store_db).await;
+    await_checkpoint(&store, &name, end).await;
+    eventually("the slot to move again", || async {
+        (slot_confirmed(&client, slot).await > before_outage).then_some(())
+    })
+    .await;
+    let progress = running.stop().await;
+    assert!(
+        progress.checkpoints.failed > 0,
+        "saves failed during the outage: {progress:?}"
+    );
+    assert_eq!(inserted_ids(&job.events()).len() as i64, next);
 }
