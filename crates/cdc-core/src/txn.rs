@@ -13,6 +13,12 @@
 //!  Commit Prepared / Rollback Prepared     ──▶ one event each
 //! ```
 //!
+//! A streamed transaction can be moved out of memory with
+//! [`TxnAssembler::spill`]: its changes then go to the caller as encoded
+//! records ([`TxnAssembler::poll_spill`]) and come back at Stream Commit
+//! through a [`SpillReplay`] ([`TxnAssembler::poll_replay`]); see
+//! [`crate::spill`].
+//!
 //! The common, non-streamed path copies nothing: when no events are queued,
 //! `handle_message` returns the event for the message directly, borrowing
 //! from the input buffer. Only streamed transactions (which must outlive many
@@ -27,6 +33,7 @@ use crate::pgoutput::{
     Relation, RollbackPrepared, Truncate, Update,
 };
 use crate::relcache::RelationCache;
+use crate::spill::{SpillOp, SpillReplay, SpillState};
 use crate::{Lsn, Oid, PgTimestamp, Xid};
 
 /// How a transaction reached the client.
@@ -175,15 +182,87 @@ struct StreamedTxn {
     changes: Vec<(Xid, Change<'static>)>,
     /// Approximate heap and inline bytes held by `changes`.
     bytes: usize,
+    /// Set once the transaction is spilled; `changes` is then empty.
+    spill: Option<Box<SpillWriter>>,
+}
+
+impl StreamedTxn {
+    /// Bytes of changes held in memory (buffered, or waiting to be encoded).
+    fn memory(&self) -> usize {
+        self.bytes + self.spill.as_ref().map_or(0, |w| w.backlog_bytes)
+    }
+}
+
+/// The write side of a spilled transaction.
+#[derive(Debug, Default)]
+struct SpillWriter {
+    state: SpillState,
+    /// Changes buffered before the spill, not yet encoded (encoded a chunk
+    /// at a time by `poll_spill`, so the encoded copy never doubles memory).
+    backlog: VecDeque<(Xid, Change<'static>)>,
+    /// Approximate bytes held by `backlog`.
+    backlog_bytes: usize,
+    /// Encoded records not yet handed to the caller.
+    out: Vec<u8>,
+}
+
+impl SpillWriter {
+    fn has_output(&self) -> bool {
+        !self.out.is_empty() || !self.backlog.is_empty()
+    }
+
+    /// Encodes backlog changes until `out` holds at least `chunk` bytes.
+    fn encode_backlog(&mut self, chunk: usize) {
+        while self.out.len() < chunk {
+            let Some((subxid, change)) = self.backlog.pop_front() else {
+                break;
+            };
+            self.backlog_bytes = self.backlog_bytes.saturating_sub(change.approx_size());
+            self.state.encode(subxid, &change, &mut self.out);
+        }
+    }
+}
+
+/// Encoded bytes handed out per [`TxnAssembler::poll_spill`] call while a
+/// backlog is encoded.
+const SPILL_CHUNK: usize = 256 * 1024;
+
+/// An entry of the output queue.
+#[derive(Debug)]
+enum Queued {
+    Event(TxnEvent<'static>),
+    /// A spilled transaction to replay before the events behind it.
+    Replay(Box<SpillReplay>),
+}
+
+/// Spill work for the caller that no longer belongs to a transaction in
+/// progress.
+#[derive(Debug)]
+enum PendingSpill {
+    /// The last records of a transaction that committed or prepared.
+    Tail(Xid, Vec<u8>),
+    Discard(Xid),
 }
 
 /// Groups pgoutput messages into transactions and enforces their order.
 ///
 /// Feed every decoded message to [`handle_message`](Self::handle_message),
-/// deliver the event it returns (if any), then drain
-/// [`poll_event`](Self::poll_event) before the next message. Relation and Type
-/// messages update the [`RelationCache`] it holds; row changes for relations
-/// it has not seen are a [`ProtocolError::UnknownRelation`].
+/// deliver the event it returns (if any), then drain the outputs before the
+/// next message:
+///
+/// ```text
+/// loop {
+///     while let Some(op) = poll_spill(&mut buf) { append `buf` to / delete the file; buf.clear() }
+///     while let Some(event) = poll_event() { deliver event }
+///     let Some(replay) = poll_replay() else { break };
+///     read the file of replay.xid(), deliver replay.record(..) for each record, replay.finish()
+/// }
+/// ```
+///
+/// `poll_spill` and `poll_replay` only have work once the caller spilled a
+/// transaction. Relation and Type messages update the [`RelationCache`] it
+/// holds; row changes for relations it has not seen are a
+/// [`ProtocolError::UnknownRelation`].
 ///
 /// On any error the state is unchanged; the caller should treat the stream as
 /// broken and reconnect (then call [`reset`](Self::reset)).
@@ -198,7 +277,8 @@ struct StreamedTxn {
 ///   Rollback Prepared (those may arrive after a restart); they are passed
 ///   through as events.
 /// * Streamed transactions are buffered in memory until Stream Commit, Stream
-///   Prepare or Stream Abort; see [`buffered_bytes`](Self::buffered_bytes).
+///   Prepare or Stream Abort, unless the caller [spills](Self::spill) them;
+///   see [`buffered_bytes`](Self::buffered_bytes).
 /// * Subtransaction aborts drop the changes tagged with that subxid, as the
 ///   docs describe; the xid tag comes from the change messages themselves.
 #[derive(Debug, Default)]
@@ -208,7 +288,11 @@ pub struct TxnAssembler {
     /// The top-level xid of the open Stream Start .. Stream Stop block.
     stream: Option<Xid>,
     streamed: HashMap<Xid, StreamedTxn>,
-    queue: VecDeque<TxnEvent<'static>>,
+    queue: VecDeque<Queued>,
+    /// Spill work of transactions that ended, in order.
+    pending_spill: VecDeque<PendingSpill>,
+    /// Spilled transactions in progress.
+    spilled: usize,
 }
 
 impl TxnAssembler {
@@ -237,35 +321,148 @@ impl TxnAssembler {
         self.streamed.len()
     }
 
-    /// The number of changes buffered for streamed transactions.
-    pub fn buffered_changes(&self) -> usize {
-        self.streamed.values().map(|t| t.changes.len()).sum()
+    /// The number of streamed transactions in progress that are spilled.
+    pub fn spilled_in_progress(&self) -> usize {
+        self.spilled
     }
 
-    /// Approximately how many bytes the buffered streamed changes take.
+    /// Whether streamed transaction `xid` is in progress and spilled.
+    pub fn is_spilled(&self, xid: Xid) -> bool {
+        self.streamed.get(&xid).is_some_and(|t| t.spill.is_some())
+    }
+
+    /// The number of changes held in memory for streamed transactions
+    /// (buffered, or of spilled ones waiting to be encoded).
+    pub fn buffered_changes(&self) -> usize {
+        self.streamed
+            .values()
+            .map(|t| t.changes.len() + t.spill.as_ref().map_or(0, |w| w.backlog.len()))
+            .sum()
+    }
+
+    /// Approximately how many bytes the streamed changes held in memory
+    /// take (see [`buffered_changes`](Self::buffered_changes)).
     ///
     /// Streamed transactions are the ones too big for the server's
     /// `logical_decoding_work_mem`; they are held in memory until they end, so
-    /// callers should watch this and stop (or spill) past their own limit.
+    /// callers should watch this and [`spill`](Self::spill) past their own
+    /// limit. Encoded spill output not yet taken with
+    /// [`poll_spill`](Self::poll_spill) is not counted.
     pub fn buffered_bytes(&self) -> usize {
-        self.streamed.values().map(|t| t.bytes).sum()
+        self.streamed.values().map(StreamedTxn::memory).sum()
     }
 
-    /// Forgets open transactions, stream blocks, buffered streamed
-    /// transactions and queued events (after a reconnect); keeps the relation
-    /// cache.
+    /// The streamed transaction in progress, not spilled, that holds the
+    /// most memory, with its [`buffered_bytes`](Self::buffered_bytes) share.
+    pub fn largest_unspilled(&self) -> Option<(Xid, usize)> {
+        self.streamed
+            .iter()
+            .filter(|(_, t)| t.spill.is_none() && !t.changes.is_empty())
+            .map(|(&xid, t)| (xid, t.bytes))
+            .max_by_key(|&(xid, bytes)| (bytes, std::cmp::Reverse(xid)))
+    }
+
+    /// Moves streamed transaction `xid` out of memory: its buffered changes
+    /// and every later change of it are handed out as encoded records
+    /// through [`poll_spill`](Self::poll_spill), to be appended to a file the
+    /// caller creates now; at Stream Commit or Stream Prepare they come back
+    /// through [`poll_replay`](Self::poll_replay). Returns `false` (and does
+    /// nothing) if `xid` is not a streamed transaction in progress or is
+    /// already spilled.
+    pub fn spill(&mut self, xid: Xid) -> bool {
+        let Some(txn) = self.streamed.get_mut(&xid) else {
+            return false;
+        };
+        if txn.spill.is_some() {
+            return false;
+        }
+        let mut writer = SpillWriter {
+            backlog: VecDeque::from(std::mem::take(&mut txn.changes)),
+            backlog_bytes: std::mem::take(&mut txn.bytes),
+            ..SpillWriter::default()
+        };
+        writer.state.assign_many(writer.backlog.len());
+        txn.spill = Some(Box::new(writer));
+        self.spilled += 1;
+        true
+    }
+
+    /// Spill work for the caller, in order: [`SpillOp::Append`] after
+    /// appending the bytes to `out` (which should be empty: the assembler
+    /// then swaps its buffer in instead of copying), or [`SpillOp::Discard`].
+    /// Drain it after every message, before [`poll_event`](Self::poll_event):
+    /// a replay only starts once its file is complete.
+    pub fn poll_spill(&mut self, out: &mut Vec<u8>) -> Option<SpillOp> {
+        if let Some(pending) = self.pending_spill.pop_front() {
+            return Some(match pending {
+                PendingSpill::Tail(xid, mut bytes) => {
+                    give(&mut bytes, out);
+                    SpillOp::Append { xid }
+                }
+                PendingSpill::Discard(xid) => SpillOp::Discard { xid },
+            });
+        }
+        if self.spilled == 0 {
+            return None;
+        }
+        let (&xid, writer) = self.streamed.iter_mut().find_map(|(xid, t)| {
+            t.spill
+                .as_mut()
+                .filter(|w| w.has_output())
+                .map(|w| (xid, w))
+        })?;
+        writer.encode_backlog(SPILL_CHUNK);
+        give(&mut writer.out, out);
+        Some(SpillOp::Append { xid })
+    }
+
+    /// The replay of a spilled transaction that committed or prepared, when
+    /// it is next in line: after its Begin was polled and before its Commit
+    /// or Prepare. `None` while the file still has spill output to take from
+    /// [`poll_spill`](Self::poll_spill).
+    pub fn poll_replay(&mut self) -> Option<SpillReplay> {
+        let Some(Queued::Replay(replay)) = self.queue.front() else {
+            return None;
+        };
+        let xid = replay.xid();
+        let unwritten = self
+            .pending_spill
+            .iter()
+            .any(|p| matches!(p, PendingSpill::Tail(x, _) if *x == xid));
+        if unwritten {
+            return None;
+        }
+        match self.queue.pop_front() {
+            Some(Queued::Replay(replay)) => Some(*replay),
+            _ => None,
+        }
+    }
+
+    /// Forgets open transactions, stream blocks, buffered and spilled
+    /// streamed transactions, pending spill work and queued events (after a
+    /// reconnect); keeps the relation cache. The caller deletes any spill
+    /// files it holds.
     pub fn reset(&mut self) {
         self.open = None;
         self.stream = None;
         self.streamed.clear();
         self.queue.clear();
+        self.pending_spill.clear();
+        self.spilled = 0;
     }
 
     /// The next queued event (from a streamed transaction, or events queued
-    /// because the previous ones were not drained yet).
+    /// because the previous ones were not drained yet). `None` also when a
+    /// [`poll_replay`](Self::poll_replay) must come first.
     #[inline]
     pub fn poll_event(&mut self) -> Option<TxnEvent<'static>> {
-        self.queue.pop_front()
+        match self.queue.front() {
+            Some(Queued::Event(_)) => match self.queue.pop_front() {
+                Some(Queued::Event(event)) => Some(event),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// Emits `event`: directly when nothing is queued, else behind the queue.
@@ -274,7 +471,7 @@ impl TxnAssembler {
         if self.queue.is_empty() {
             Some(event)
         } else {
-            self.queue.push_back(event.into_owned());
+            self.queue.push_back(Queued::Event(event.into_owned()));
             None
         }
     }
@@ -491,9 +688,14 @@ impl TxnAssembler {
                 self.not_in_stream("Stream Abort")?;
                 self.not_in_txn("Stream Abort")?;
                 if a.xid == a.subxid {
-                    self.streamed
+                    let txn = self
+                        .streamed
                         .remove(&a.xid)
                         .ok_or(ProtocolError::UnknownStreamedTransaction { xid: a.xid })?;
+                    if txn.spill.is_some() {
+                        self.spilled = self.spilled.saturating_sub(1);
+                        self.pending_spill.push_back(PendingSpill::Discard(a.xid));
+                    }
                 } else {
                     let txn = self
                         .streamed
@@ -501,6 +703,11 @@ impl TxnAssembler {
                         .ok_or(ProtocolError::UnknownStreamedTransaction { xid: a.xid })?;
                     txn.changes.retain(|(sub, _)| *sub != a.subxid);
                     txn.bytes = txn.changes.iter().map(|(_, c)| c.approx_size()).sum();
+                    if let Some(w) = txn.spill.as_mut() {
+                        // Records keep their numbers: the backlog is written
+                        // whole and the replay skips the subtransaction.
+                        w.state.abort_subtransaction(a.subxid);
+                    }
                 }
                 Ok(None)
             }
@@ -587,9 +794,21 @@ impl TxnAssembler {
                 .streamed
                 .get_mut(&top)
                 .ok_or(ProtocolError::UnknownStreamedTransaction { xid: top })?;
+            let subxid = xid.unwrap_or(top);
+            if let Some(w) = txn.spill.as_mut() {
+                w.state.assign();
+                if w.backlog.is_empty() {
+                    w.state.encode(subxid, &change, &mut w.out);
+                } else {
+                    let change = change.into_owned();
+                    w.backlog_bytes += change.approx_size();
+                    w.backlog.push_back((subxid, change));
+                }
+                return Ok(None);
+            }
             let change = change.into_owned();
             txn.bytes += change.approx_size();
-            txn.changes.push((xid.unwrap_or(top), change));
+            txn.changes.push((subxid, change));
             return Ok(None);
         }
         if self.open.is_none() {
@@ -598,14 +817,38 @@ impl TxnAssembler {
         Ok(self.emit(TxnEvent::Change(change)))
     }
 
+    /// Queues a streamed transaction that committed or prepared: its
+    /// buffered changes, or the replay of its spill file.
     fn release(&mut self, begin: TxnBegin, txn: StreamedTxn, end: TxnEvent<'static>) {
-        self.queue.reserve(txn.changes.len() + 2);
-        self.queue.push_back(TxnEvent::Begin(begin));
+        let StreamedTxn { changes, spill, .. } = txn;
+        self.queue.reserve(changes.len() + 2);
+        self.queue.push_back(Queued::Event(TxnEvent::Begin(begin)));
+        if let Some(mut writer) = spill {
+            self.spilled = self.spilled.saturating_sub(1);
+            writer.encode_backlog(usize::MAX);
+            if !writer.out.is_empty() {
+                self.pending_spill
+                    .push_back(PendingSpill::Tail(begin.xid, writer.out));
+            }
+            self.queue.push_back(Queued::Replay(Box::new(
+                writer.state.into_replay(begin.xid),
+            )));
+        }
         self.queue.extend(
-            txn.changes
+            changes
                 .into_iter()
-                .map(|(_, change)| TxnEvent::Change(change)),
+                .map(|(_, change)| Queued::Event(TxnEvent::Change(change))),
         );
-        self.queue.push_back(end);
+        self.queue.push_back(Queued::Event(end));
+    }
+}
+
+/// Hands `from`'s bytes to `to`: swapped when `to` is empty, else appended;
+/// `from` is left empty.
+fn give(from: &mut Vec<u8>, to: &mut Vec<u8>) {
+    if to.is_empty() {
+        std::mem::swap(from, to);
+    } else {
+        to.append(from);
     }
 }
