@@ -6,9 +6,14 @@
 //! `abort_info: Some(_)` as with parallel streaming. Strings must not contain
 //! NUL bytes (the server's never do).
 
-use crate::pgoutput::write::{self, cstr, lsn, ts, u32, xid};
+use crate::pgoutput::write::{self, cstr, lsn, u32, xid};
 use crate::pgoutput::LogicalMessage;
 use crate::replication::{PrimaryKeepalive, XLogData};
+use crate::PgTimestamp;
+
+fn ts(out: &mut Vec<u8>, v: PgTimestamp) {
+    out.extend_from_slice(&v.as_pg_micros().to_be_bytes());
+}
 
 /// Appends the pgoutput encoding of `msg` to `out`.
 pub fn encode_message(msg: &LogicalMessage<'_>, out: &mut Vec<u8>) {

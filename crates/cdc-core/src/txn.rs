@@ -231,6 +231,9 @@ const SPILL_CHUNK: usize = 256 * 1024;
 #[derive(Debug)]
 enum Queued {
     Event(TxnEvent<'static>),
+    /// The changes of a streamed transaction released from memory, handed
+    /// out one by one (no second copy of the buffer).
+    Changes(std::vec::IntoIter<(Xid, Change<'static>)>),
     /// A spilled transaction to replay before the events behind it.
     Replay(Box<SpillReplay>),
 }
@@ -456,12 +459,20 @@ impl TxnAssembler {
     /// [`poll_replay`](Self::poll_replay) must come first.
     #[inline]
     pub fn poll_event(&mut self) -> Option<TxnEvent<'static>> {
-        match self.queue.front() {
-            Some(Queued::Event(_)) => match self.queue.pop_front() {
-                Some(Queued::Event(event)) => Some(event),
-                _ => None,
-            },
-            _ => None,
+        loop {
+            match self.queue.front_mut()? {
+                Queued::Event(_) => match self.queue.pop_front() {
+                    Some(Queued::Event(event)) => return Some(event),
+                    _ => return None,
+                },
+                Queued::Changes(changes) => match changes.next() {
+                    Some((_, change)) => return Some(TxnEvent::Change(change)),
+                    None => {
+                        self.queue.pop_front();
+                    }
+                },
+                Queued::Replay(_) => return None,
+            }
         }
     }
 
@@ -821,7 +832,6 @@ impl TxnAssembler {
     /// buffered changes, or the replay of its spill file.
     fn release(&mut self, begin: TxnBegin, txn: StreamedTxn, end: TxnEvent<'static>) {
         let StreamedTxn { changes, spill, .. } = txn;
-        self.queue.reserve(changes.len() + 2);
         self.queue.push_back(Queued::Event(TxnEvent::Begin(begin)));
         if let Some(mut writer) = spill {
             self.spilled = self.spilled.saturating_sub(1);
@@ -834,11 +844,9 @@ impl TxnAssembler {
                 writer.state.into_replay(begin.xid),
             )));
         }
-        self.queue.extend(
-            changes
-                .into_iter()
-                .map(|(_, change)| Queued::Event(TxnEvent::Change(change))),
-        );
+        if !changes.is_empty() {
+            self.queue.push_back(Queued::Changes(changes.into_iter()));
+        }
         self.queue.push_back(Queued::Event(end));
     }
 }

@@ -9,16 +9,11 @@
 
 use super::message::{Delete, Insert, LogicalDecodingMessage, OldTuple, Truncate, Update};
 use super::tuple::TupleData;
-use crate::{Lsn, PgTimestamp, Xid};
+use crate::{Lsn, Xid};
 
 #[inline]
 pub(crate) fn lsn(out: &mut Vec<u8>, v: Lsn) {
     out.extend_from_slice(&v.as_u64().to_be_bytes());
-}
-
-#[inline]
-pub(crate) fn ts(out: &mut Vec<u8>, v: PgTimestamp) {
-    out.extend_from_slice(&v.as_pg_micros().to_be_bytes());
 }
 
 #[inline]
