@@ -171,6 +171,9 @@ async fn run(config: &Config) -> Result<(), String> {
     options.start_lsn = config.start_lsn().map_err(|e| e.to_string())?;
     options.batch_size = config.pipeline.batch_size;
     options.byte_budget = config.pipeline.byte_budget;
+    if let Some(dir) = &config.pipeline.spill_dir {
+        options.spill_dir = dir.clone();
+    }
     options.status_interval = config.status_interval();
     options.channel_capacity = config.pipeline.channel_capacity;
     let progress = Pipeline::new(options, sinks)
