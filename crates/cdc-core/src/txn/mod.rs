@@ -33,8 +33,12 @@ use crate::pgoutput::{
     Relation, RollbackPrepared, Truncate, Update,
 };
 use crate::relcache::RelationCache;
-use crate::spill::{SpillOp, SpillReplay, SpillState};
+use crate::spill::SpillReplay;
+
+mod spilling;
+
 use crate::{Lsn, Oid, PgTimestamp, Xid};
+use spilling::{PendingSpill, SpillWriter};
 
 /// How a transaction reached the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -193,40 +197,6 @@ impl StreamedTxn {
     }
 }
 
-/// The write side of a spilled transaction.
-#[derive(Debug, Default)]
-struct SpillWriter {
-    state: SpillState,
-    /// Changes buffered before the spill, not yet encoded (encoded a chunk
-    /// at a time by `poll_spill`, so the encoded copy never doubles memory).
-    backlog: VecDeque<(Xid, Change<'static>)>,
-    /// Approximate bytes held by `backlog`.
-    backlog_bytes: usize,
-    /// Encoded records not yet handed to the caller.
-    out: Vec<u8>,
-}
-
-impl SpillWriter {
-    fn has_output(&self) -> bool {
-        !self.out.is_empty() || !self.backlog.is_empty()
-    }
-
-    /// Encodes backlog changes until `out` holds at least `chunk` bytes.
-    fn encode_backlog(&mut self, chunk: usize) {
-        while self.out.len() < chunk {
-            let Some((subxid, change)) = self.backlog.pop_front() else {
-                break;
-            };
-            self.backlog_bytes = self.backlog_bytes.saturating_sub(change.approx_size());
-            self.state.encode(subxid, &change, &mut self.out);
-        }
-    }
-}
-
-/// Encoded bytes handed out per [`TxnAssembler::poll_spill`] call while a
-/// backlog is encoded.
-const SPILL_CHUNK: usize = 256 * 1024;
-
 /// An entry of the output queue.
 #[derive(Debug)]
 enum Queued {
@@ -236,15 +206,6 @@ enum Queued {
     Changes(std::vec::IntoIter<(Xid, Change<'static>)>),
     /// A spilled transaction to replay before the events behind it.
     Replay(Box<SpillReplay>),
-}
-
-/// Spill work for the caller that no longer belongs to a transaction in
-/// progress.
-#[derive(Debug)]
-enum PendingSpill {
-    /// The last records of a transaction that committed or prepared.
-    Tail(Xid, Vec<u8>),
-    Discard(Xid),
 }
 
 /// Groups pgoutput messages into transactions and enforces their order.
@@ -324,16 +285,6 @@ impl TxnAssembler {
         self.streamed.len()
     }
 
-    /// The number of streamed transactions in progress that are spilled.
-    pub fn spilled_in_progress(&self) -> usize {
-        self.spilled
-    }
-
-    /// Whether streamed transaction `xid` is in progress and spilled.
-    pub fn is_spilled(&self, xid: Xid) -> bool {
-        self.streamed.get(&xid).is_some_and(|t| t.spill.is_some())
-    }
-
     /// The number of changes held in memory for streamed transactions
     /// (buffered, or of spilled ones waiting to be encoded).
     pub fn buffered_changes(&self) -> usize {
@@ -353,92 +304,6 @@ impl TxnAssembler {
     /// [`poll_spill`](Self::poll_spill) is not counted.
     pub fn buffered_bytes(&self) -> usize {
         self.streamed.values().map(StreamedTxn::memory).sum()
-    }
-
-    /// The streamed transaction in progress, not spilled, that holds the
-    /// most memory, with its [`buffered_bytes`](Self::buffered_bytes) share.
-    pub fn largest_unspilled(&self) -> Option<(Xid, usize)> {
-        self.streamed
-            .iter()
-            .filter(|(_, t)| t.spill.is_none() && !t.changes.is_empty())
-            .map(|(&xid, t)| (xid, t.bytes))
-            .max_by_key(|&(xid, bytes)| (bytes, std::cmp::Reverse(xid)))
-    }
-
-    /// Moves streamed transaction `xid` out of memory: its buffered changes
-    /// and every later change of it are handed out as encoded records
-    /// through [`poll_spill`](Self::poll_spill), to be appended to a file the
-    /// caller creates now; at Stream Commit or Stream Prepare they come back
-    /// through [`poll_replay`](Self::poll_replay). Returns `false` (and does
-    /// nothing) if `xid` is not a streamed transaction in progress or is
-    /// already spilled.
-    pub fn spill(&mut self, xid: Xid) -> bool {
-        let Some(txn) = self.streamed.get_mut(&xid) else {
-            return false;
-        };
-        if txn.spill.is_some() {
-            return false;
-        }
-        let mut writer = SpillWriter {
-            backlog: VecDeque::from(std::mem::take(&mut txn.changes)),
-            backlog_bytes: std::mem::take(&mut txn.bytes),
-            ..SpillWriter::default()
-        };
-        writer.state.assign_many(writer.backlog.len());
-        txn.spill = Some(Box::new(writer));
-        self.spilled += 1;
-        true
-    }
-
-    /// Spill work for the caller, in order: [`SpillOp::Append`] after
-    /// appending the bytes to `out` (which should be empty: the assembler
-    /// then swaps its buffer in instead of copying), or [`SpillOp::Discard`].
-    /// Drain it after every message, before [`poll_event`](Self::poll_event):
-    /// a replay only starts once its file is complete.
-    pub fn poll_spill(&mut self, out: &mut Vec<u8>) -> Option<SpillOp> {
-        if let Some(pending) = self.pending_spill.pop_front() {
-            return Some(match pending {
-                PendingSpill::Tail(xid, mut bytes) => {
-                    give(&mut bytes, out);
-                    SpillOp::Append { xid }
-                }
-                PendingSpill::Discard(xid) => SpillOp::Discard { xid },
-            });
-        }
-        if self.spilled == 0 {
-            return None;
-        }
-        let (&xid, writer) = self.streamed.iter_mut().find_map(|(xid, t)| {
-            t.spill
-                .as_mut()
-                .filter(|w| w.has_output())
-                .map(|w| (xid, w))
-        })?;
-        writer.encode_backlog(SPILL_CHUNK);
-        give(&mut writer.out, out);
-        Some(SpillOp::Append { xid })
-    }
-
-    /// The replay of a spilled transaction that committed or prepared, when
-    /// it is next in line: after its Begin was polled and before its Commit
-    /// or Prepare. `None` while the file still has spill output to take from
-    /// [`poll_spill`](Self::poll_spill).
-    pub fn poll_replay(&mut self) -> Option<SpillReplay> {
-        let Some(Queued::Replay(replay)) = self.queue.front() else {
-            return None;
-        };
-        let xid = replay.xid();
-        let unwritten = self
-            .pending_spill
-            .iter()
-            .any(|p| matches!(p, PendingSpill::Tail(x, _) if *x == xid));
-        if unwritten {
-            return None;
-        }
-        match self.queue.pop_front() {
-            Some(Queued::Replay(replay)) => Some(*replay),
-            _ => None,
-        }
     }
 
     /// Forgets open transactions, stream blocks, buffered and spilled
@@ -848,15 +713,5 @@ impl TxnAssembler {
             self.queue.push_back(Queued::Changes(changes.into_iter()));
         }
         self.queue.push_back(Queued::Event(end));
-    }
-}
-
-/// Hands `from`'s bytes to `to`: swapped when `to` is empty, else appended;
-/// `from` is left empty.
-fn give(from: &mut Vec<u8>, to: &mut Vec<u8>) {
-    if to.is_empty() {
-        std::mem::swap(from, to);
-    } else {
-        to.append(from);
     }
 }
