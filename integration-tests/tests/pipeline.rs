@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -690,145 +689,155 @@ async fn a_spilled_transaction_that_aborts_leaves_no_events_and_no_file() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Environment of the child that streams one big transaction.
-const CHILD_CONFIG: &str = "PGCDC_SPILL_CHILD_CONFIG";
-const CHILD_TARGET: &str = "PGCDC_SPILL_CHILD_TARGET";
-const CHILD_SPILL_DIR: &str = "PGCDC_SPILL_CHILD_DIR";
-const CHILD_MARKER: &str = "PGCDC_SPILL_CHILD_RESULT";
+/// Peak memory of one big transaction, measured in a child process (VmHWM
+/// from `/proc`).
+#[cfg(target_os = "linux")]
+mod peak_memory {
+    use std::process::{Command, Stdio};
 
-/// Rows of the big transaction.
-const MILLION: u64 = 1_000_000;
+    use super::*;
 
-/// Peak resident memory of this process, in kB.
-fn vm_hwm_kb() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .expect("VmHWM in /proc/self/status");
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
+    /// Environment of the child that streams one big transaction.
+    const CHILD_CONFIG: &str = "PGCDC_SPILL_CHILD_CONFIG";
+    const CHILD_TARGET: &str = "PGCDC_SPILL_CHILD_TARGET";
+    const CHILD_SPILL_DIR: &str = "PGCDC_SPILL_CHILD_DIR";
+    const CHILD_MARKER: &str = "PGCDC_SPILL_CHILD_RESULT";
 
-/// Child process of `a_million_row_streamed_transaction_stays_under_200_mb`:
-/// streams the slot with the default options into a null sink until the
-/// target position is confirmed, then prints its peak memory.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run as a child process by a_million_row_streamed_transaction_stays_under_200_mb"]
-async fn child_streams_one_big_transaction() {
-    let (Ok(text), Ok(target), Ok(spill_dir)) = (
-        std::env::var(CHILD_CONFIG),
-        std::env::var(CHILD_TARGET),
-        std::env::var(CHILD_SPILL_DIR),
-    ) else {
-        return;
-    };
-    let target: Lsn = target.parse().unwrap();
-    let config = Config::parse(&text).unwrap();
-    let source = config.source;
-    let mut opts = PipelineOptions::new(
-        source.replication_config().unwrap(),
-        &source.slot,
-        &source.publication,
-    );
-    opts.spill_dir = spill_dir.into();
-    // Publish the confirmed position often, so the time measured is the
-    // pipeline's and not the status interval's.
-    opts.status_interval = Duration::from_millis(100);
-    let started = std::time::Instant::now();
-    let (stop, task, mut progress) =
-        spawn(opts, vec![Box::new(cdc_runtime::sinks::NullSink::new())]);
-    tokio::time::timeout(
-        Duration::from_secs(1200),
-        progress.wait_for(|p| p.confirmed > target),
-    )
-    .await
-    .expect("timed out streaming the transaction")
-    .expect("pipeline ended");
-    let elapsed = started.elapsed();
-    stop.send(()).unwrap();
-    let done = task.await.unwrap().unwrap();
-    println!(
-        "{CHILD_MARKER} vmhwm_kb={} elapsed_ms={} events={}",
-        vm_hwm_kb(),
-        elapsed.as_millis(),
-        done.events
-    );
-}
+    /// Rows of the big transaction.
+    const MILLION: u64 = 1_000_000;
 
-/// One transaction of 1,000,000 rows (an int and 96 characters of text),
-/// streamed by the server, through the pipeline with the default 64 MiB
-/// byte budget, in a child process that does nothing else. Held in memory
-/// instead of spilled it takes about 235 MB.
-#[tokio::test]
-async fn a_million_row_streamed_transaction_stays_under_200_mb() {
-    let (db, client) = streaming_database().await;
-    let source = source_config(&db, &["big"], "pgcdc_spill_million");
-    setup(&source).await.unwrap();
-    client
-        .batch_execute(
-            "BEGIN;
-             INSERT INTO big SELECT g, repeat(md5(g::text), 3) FROM generate_series(1, 1000000) g;",
+    /// Peak resident memory of this process, in kB (Linux: VmHWM).
+    fn vm_hwm_kb() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .expect("VmHWM in /proc/self/status");
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// Child process of `a_million_row_streamed_transaction_stays_under_200_mb`:
+    /// streams the slot with the default options into a null sink until the
+    /// target position is confirmed, then prints its peak memory.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "run as a child process by a_million_row_streamed_transaction_stays_under_200_mb"]
+    async fn child_streams_one_big_transaction() {
+        let (Ok(text), Ok(target), Ok(spill_dir)) = (
+            std::env::var(CHILD_CONFIG),
+            std::env::var(CHILD_TARGET),
+            std::env::var(CHILD_SPILL_DIR),
+        ) else {
+            return;
+        };
+        let target: Lsn = target.parse().unwrap();
+        let config = Config::parse(&text).unwrap();
+        let source = config.source;
+        let mut opts = PipelineOptions::new(
+            source.replication_config().unwrap(),
+            &source.slot,
+            &source.publication,
+        );
+        opts.spill_dir = spill_dir.into();
+        // Publish the confirmed position often, so the time measured is the
+        // pipeline's and not the status interval's.
+        opts.status_interval = Duration::from_millis(100);
+        let started = std::time::Instant::now();
+        let (stop, task, mut progress) =
+            spawn(opts, vec![Box::new(cdc_runtime::sinks::NullSink::new())]);
+        tokio::time::timeout(
+            Duration::from_secs(1200),
+            progress.wait_for(|p| p.confirmed > target),
         )
         .await
-        .unwrap();
-    // Inside the transaction: confirmed past it means its commit was flushed.
-    let target: String = client
-        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
-    client.batch_execute("COMMIT").await.unwrap();
+        .expect("timed out streaming the transaction")
+        .expect("pipeline ended");
+        let elapsed = started.elapsed();
+        stop.send(()).unwrap();
+        let done = task.await.unwrap().unwrap();
+        println!(
+            "{CHILD_MARKER} vmhwm_kb={} elapsed_ms={} events={}",
+            vm_hwm_kb(),
+            elapsed.as_millis(),
+            done.events
+        );
+    }
 
-    let dir = temp_dir("spill-million");
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_streams_one_big_transaction",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(
-            CHILD_CONFIG,
-            config_text(&db, &["big"], "pgcdc_spill_million"),
-        )
-        .env(CHILD_TARGET, &target)
-        .env(CHILD_SPILL_DIR, dir.join("spill"))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "child failed: {:?}", out.status);
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let result = stdout
-        .lines()
-        // libtest prints the test's name on the same line.
-        .find_map(|l| l.split_once(CHILD_MARKER).map(|(_, rest)| rest))
-        .unwrap_or_else(|| panic!("no result from the child:\n{stdout}"));
-    let field = |name: &str| -> u64 {
-        result
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+    /// One transaction of 1,000,000 rows (an int and 96 characters of text),
+    /// streamed by the server, through the pipeline with the default 64 MiB
+    /// byte budget, in a child process that does nothing else. Held in memory
+    /// instead of spilled it takes about 235 MB.
+    #[tokio::test]
+    async fn a_million_row_streamed_transaction_stays_under_200_mb() {
+        let (db, client) = streaming_database().await;
+        let source = source_config(&db, &["big"], "pgcdc_spill_million");
+        setup(&source).await.unwrap();
+        client
+            .batch_execute(
+                "BEGIN;
+                 INSERT INTO big SELECT g, repeat(md5(g::text), 3) FROM generate_series(1, 1000000) g;",
+            )
+            .await
+            .unwrap();
+        // Inside the transaction: confirmed past it means its commit was flushed.
+        let target: String = client
+            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+            .await
             .unwrap()
-            .parse()
+            .get(0);
+        client.batch_execute("COMMIT").await.unwrap();
+
+        let dir = temp_dir("spill-million");
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "peak_memory::child_streams_one_big_transaction",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(
+                CHILD_CONFIG,
+                config_text(&db, &["big"], "pgcdc_spill_million"),
+            )
+            .env(CHILD_TARGET, &target)
+            .env(CHILD_SPILL_DIR, dir.join("spill"))
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "child failed: {:?}", out.status);
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let result = stdout
+            .lines()
+            // libtest prints the test's name on the same line.
+            .find_map(|l| l.split_once(CHILD_MARKER).map(|(_, rest)| rest))
+            .unwrap_or_else(|| panic!("no result from the child:\n{stdout}"));
+        let field = |name: &str| -> u64 {
+            result
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let (peak_kb, elapsed_ms, events) =
+            (field("vmhwm_kb"), field("elapsed_ms"), field("events"));
+        println!(
+            "1M-row streamed transaction: peak RSS {} MB, {elapsed_ms} ms",
+            peak_kb / 1024
+        );
+        assert_eq!(events, MILLION);
+        assert!(peak_kb < 200 * 1024, "peak RSS {peak_kb} kB");
+        // The server did stream it (so the pipeline had to hold it until commit).
+        let streamed: i64 = client
+            .query_one(
+                "SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = 'pgcdc_spill_million'",
+                &[],
+            )
+            .await
             .unwrap()
-    };
-    let (peak_kb, elapsed_ms, events) = (field("vmhwm_kb"), field("elapsed_ms"), field("events"));
-    println!(
-        "1M-row streamed transaction: peak RSS {} MB, {elapsed_ms} ms",
-        peak_kb / 1024
-    );
-    assert_eq!(events, MILLION);
-    assert!(peak_kb < 200 * 1024, "peak RSS {peak_kb} kB");
-    // The server did stream it (so the pipeline had to hold it until commit).
-    let streamed: i64 = client
-        .query_one(
-            "SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = 'pgcdc_spill_million'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(streamed >= 1, "stream_txns = {streamed}");
-    assert!(spill_files(&dir.join("spill")).is_empty());
-    let _ = std::fs::remove_dir_all(dir);
+            .get(0);
+        assert!(streamed >= 1, "stream_txns = {streamed}");
+        assert!(spill_files(&dir.join("spill")).is_empty());
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
