@@ -138,6 +138,9 @@ pub async fn run(
     po.start_lsn = config.start_lsn()?;
     po.batch_size = config.pipeline.batch_size;
     po.byte_budget = config.pipeline.byte_budget;
+    if let Some(dir) = &config.pipeline.spill_dir {
+        po.spill_dir = dir.clone();
+    }
     po.status_interval = config.status_interval();
     po.channel_capacity = config.pipeline.channel_capacity;
 
