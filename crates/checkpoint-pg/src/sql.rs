@@ -36,12 +36,15 @@ impl Sql {
         // Deletes the rows of $1 beyond the newest `offset` (as this statement sees them)
         // where `cond` holds, unlinks their large objects and forgets them, all in the
         // statement's transaction. Chunk rows go by ON DELETE CASCADE. `job` is always $1.
+        // The cut-off is found walking the primary key down from the newest row (LIMIT 1
+        // makes the planner do that), instead of sorting all index entries of the job,
+        // dead ones included.
         let doomed = |cond: &str, offset: &str| {
             format!(
                 "doomed AS (
-                    DELETE FROM {cps} WHERE job = $1 AND {cond} AND checkpoint_id IN (
+                    DELETE FROM {cps} WHERE job = $1 AND {cond} AND checkpoint_id <= (
                         SELECT checkpoint_id FROM {cps} WHERE job = $1
-                        ORDER BY checkpoint_id DESC OFFSET {offset})
+                        ORDER BY checkpoint_id DESC OFFSET {offset} LIMIT 1)
                     RETURNING lo_oid),
                  unlinked AS (
                     SELECT lo_unlink(d.lo_oid) FROM doomed d
