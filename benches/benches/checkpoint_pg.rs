@@ -6,7 +6,8 @@
 //! * tiny state: 1000 saves against 1000 prepared single-row upserts, interleaved one by
 //!   one so both see the same server and machine (after 100 warm-up rounds);
 //! * 1 MiB state: one prepared single-row BYTEA `INSERT` / `SELECT` of 1 MiB (binary
-//!   parameters and results, `STORAGE EXTERNAL` like the store's columns), median of 20;
+//!   parameters and results, `STORAGE EXTERNAL` like the store's columns), each right
+//!   after the store's save / load, medians of 20;
 //! * 64 and 256 MiB states, both large layouts: the faster of 256 MiB as 1 MiB
 //!   `lo_put`/`lo_get` calls and as 1 MiB BYTEA rows through binary `COPY` in and out.
 //!
@@ -164,31 +165,6 @@ async fn raw(client: &mut Client, reps: usize) -> Raw {
     }
 }
 
-/// Median MB/s of writing and reading one `size`-byte BYTEA row with prepared statements.
-async fn raw_one_row(client: &Client, size: usize) -> (f64, f64) {
-    let blob = noise(size, 11);
-    let insert = client
-        .prepare("INSERT INTO raw_one (k, v) VALUES ($1, $2)")
-        .await
-        .unwrap();
-    let select = client
-        .prepare("SELECT v FROM raw_one WHERE k = $1")
-        .await
-        .unwrap();
-    let (mut w, mut r) = (vec![], vec![]);
-    for k in 0..SMALL_REPS as i64 {
-        let start = Instant::now();
-        client.execute(&insert, &[&k, &&blob[..]]).await.unwrap();
-        w.push(mbps(size, start.elapsed()));
-        let start = Instant::now();
-        let row = client.query_one(&select, &[&k]).await.unwrap();
-        let n = row.get::<_, &[u8]>(0).len();
-        r.push(mbps(n, start.elapsed()));
-        assert_eq!(n, size);
-    }
-    (median(w), median(r))
-}
-
 async fn store_for(db: &TestDatabase, layout: LargeLayout, table: &str) -> PgCheckpointStore {
     let mut config = PgStoreConfig::default();
     config.large_layout = layout;
@@ -199,26 +175,72 @@ async fn store_for(db: &TestDatabase, layout: LargeLayout, table: &str) -> PgChe
         .unwrap()
 }
 
-/// Median save and load MB/s of a `size`-byte state.
-async fn big(store: &PgCheckpointStore, size: usize, reps: usize) -> (f64, f64) {
+/// Median MB/s of the store and, when measured, of the raw one-row baseline.
+struct Speeds {
+    save: f64,
+    load: f64,
+    raw_write: f64,
+    raw_read: f64,
+}
+
+/// Save and load of a `size`-byte state; with `raw`, each repetition also writes and reads
+/// the same number of bytes as one BYTEA row with prepared statements, right after the
+/// store, so both see the same server and machine.
+async fn big(store: &PgCheckpointStore, size: usize, reps: usize, raw: Option<&Client>) -> Speeds {
     let job = JobName::new(format!("big-{size}")).unwrap();
     let lease = store
         .acquire_lease(&job, &OwnerId::new("bench").unwrap())
         .await
         .unwrap();
     let state = noise(size, size as u64);
-    let (mut s, mut l) = (vec![], vec![]);
+    let statements = match raw {
+        Some(client) => Some((
+            client
+                .prepare("INSERT INTO raw_one (k, v) VALUES ($1, $2)")
+                .await
+                .unwrap(),
+            client
+                .prepare("SELECT v FROM raw_one WHERE k = $1")
+                .await
+                .unwrap(),
+        )),
+        None => None,
+    };
+    let (mut s, mut l, mut rw, mut rr) = (vec![], vec![], vec![], vec![]);
     for rep in 0..reps as u64 {
         let cp = checkpoint(&job, rep + 1, state.clone());
         let start = Instant::now();
         store.save(&lease, &cp).await.unwrap();
         s.push(mbps(size, start.elapsed()));
+        if let (Some(client), Some((insert, _))) = (raw, &statements) {
+            let start = Instant::now();
+            client
+                .execute(insert, &[&(rep as i64), &&state[..]])
+                .await
+                .unwrap();
+            rw.push(mbps(size, start.elapsed()));
+        }
         let start = Instant::now();
         let back = store.load(&job, cp.id).await.unwrap();
         l.push(mbps(size, start.elapsed()));
         assert_eq!(back.checkpoint.state_len(), size as u64);
+        if let (Some(client), Some((_, select))) = (raw, &statements) {
+            let start = Instant::now();
+            let row = client.query_one(select, &[&(rep as i64)]).await.unwrap();
+            let n = row.get::<_, &[u8]>(0).len();
+            rr.push(mbps(n, start.elapsed()));
+            assert_eq!(n, size);
+        }
     }
-    (median(s), median(l))
+    if let Some(client) = raw {
+        client.batch_execute("TRUNCATE raw_one").await.unwrap();
+    }
+    Speeds {
+        save: median(s),
+        load: median(l),
+        raw_write: median(rw),
+        raw_read: median(rr),
+    }
 }
 
 /// p50 and p99 of tiny saves and of raw upserts, interleaved one by one.
@@ -294,7 +316,6 @@ async fn run() {
     let tiny_store = store_for(&db, LargeLayout::ChunkRows, "cp_tiny").await;
     let t = tiny(&tiny_store, &client).await;
     eprintln!("raw baselines ({reps} reps)...");
-    let (one_write, one_read) = raw_one_row(&client, MIB).await;
     let raw = raw(&mut client, reps).await;
     let faster_write = raw.lo_write.max(raw.copy_write);
     let faster_read = raw.lo_read.max(raw.copy_read);
@@ -317,9 +338,6 @@ async fn run() {
     println!("| measurement | save MB/s | load MB/s | save / raw | load / raw |");
     println!("|---|---|---|---|---|");
     println!(
-        "| raw: 1 MiB as one BYTEA row, prepared INSERT / SELECT | {one_write:.0} | {one_read:.0} | | |"
-    );
-    println!(
         "| raw: 256 MiB as 1 MiB lo_put / lo_get | {:.0} | {:.0} | | |",
         raw.lo_write, raw.lo_read
     );
@@ -335,17 +353,26 @@ async fn run() {
         for size in [MIB, 64 * MIB, 256 * MIB] {
             eprintln!("{layout:?} {} MiB...", size / MIB);
             // 1 MiB against the one-row baseline, bigger states against the faster bulk one.
-            let (n, base_write, base_read) = if size == MIB {
-                (reps.max(SMALL_REPS), one_write, one_read)
+            let sp = if size == MIB {
+                let sp = big(&store, size, reps.max(SMALL_REPS), Some(&client)).await;
+                println!(
+                    "| raw: 1 MiB as one BYTEA row, prepared INSERT / SELECT (interleaved with the next row) | {:.0} | {:.0} | | |",
+                    sp.raw_write, sp.raw_read
+                );
+                sp
             } else {
-                (reps, faster_write, faster_read)
+                let mut sp = big(&store, size, reps, None).await;
+                sp.raw_write = faster_write;
+                sp.raw_read = faster_read;
+                sp
             };
-            let (s, l) = big(&store, size, n).await;
             println!(
-                "| store {layout:?}: {} MiB state | {s:.0} | {l:.0} | {:.0}% | {:.0}% |",
+                "| store {layout:?}: {} MiB state | {:.0} | {:.0} | {:.0}% | {:.0}% |",
                 size / MIB,
-                100.0 * s / base_write,
-                100.0 * l / base_read
+                sp.save,
+                sp.load,
+                100.0 * sp.save / sp.raw_write,
+                100.0 * sp.load / sp.raw_read
             );
         }
     }
