@@ -77,6 +77,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Other PostgreSQL connections
+//!
+//! [`tls_connect`] gives `tokio-postgres` (the checkpoint store's pool, the
+//! PostgreSQL table sink) the replication connection's rustls TLS and
+//! `sslmode` / `sslrootcert` meanings.
+//!
 //! # Feature flags
 //!
 //! None.
@@ -92,3 +98,4 @@ pub mod pipeline;
 pub mod replication;
 pub mod setup;
 pub mod sinks;
+pub mod tls_connect;

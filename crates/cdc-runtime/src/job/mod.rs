@@ -34,7 +34,7 @@ use crate::setup::{prepare, SetupError, SetupMode};
 use crate::sinks::open_sink;
 
 pub use lock::{JobLock, LockError};
-pub use store::{open_store, store_connection_config};
+pub use store::{open_store, store_connection};
 
 /// Options of [`run`] beyond the configuration file.
 #[derive(Debug, Clone, Default)]
