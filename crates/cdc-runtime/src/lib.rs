@@ -57,10 +57,14 @@
 //! overrides), [`setup`] checks the server (`wal_level`, tables) and creates
 //! the publication and slot, and [`pipeline`] streams: replication stream ->
 //! `cdc_core` decoder and transaction assembler -> [`event::ChangeEvent`]
-//! batches -> one task per [`sinks::Sink`], joined by bounded channels. The
-//! position confirmed to the slot is the end of the last transaction every
-//! sink has flushed. The `pgcdc` binary wraps this as `pgcdc run` and
-//! `pgcdc validate`.
+//! batches -> [`operators`] -> one task per [`sinks::Sink`], joined by
+//! bounded channels. Without checkpoints the position confirmed to the slot
+//! is the end of the last transaction every sink has flushed; with them,
+//! [`checkpoint`] saves the position and every operator's state into a
+//! [`checkpoint_api::CheckpointStore`] and confirms only what durable
+//! checkpoints cover. [`job`] runs a whole job from its configuration (lock,
+//! lease, recovery, pipeline), as `pgcdc run` does; the binary also has
+//! `pgcdc validate`, `pgcdc checkpoints` and `pgcdc slot status`.
 //!
 //! ```no_run
 //! use cdc_runtime::pipeline::{Pipeline, PipelineOptions};

@@ -74,7 +74,7 @@ enum Command {
         after_help = "Examples:\n  pgcdc checkpoints list -c pgcdc.toml\n  pgcdc checkpoints show 42 -c pgcdc.toml\n  pgcdc checkpoints prune --keep 1 -c pgcdc.toml"
     )]
     Checkpoints {
-        /// The configuration file (its [checkpoint] section says where they are).
+        /// The configuration file (its `[checkpoint]` section says where they are).
         #[arg(short, long, default_value = "pgcdc.toml", global = true)]
         config: PathBuf,
         /// The job (default: the configured one).
