@@ -84,6 +84,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod embedded;
 pub mod encoding;
 pub mod event;
 pub mod job;
