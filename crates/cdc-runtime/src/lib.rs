@@ -77,6 +77,15 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Throwaway servers and the quickstart
+//!
+//! [`embedded`] starts a throwaway PostgreSQL cluster from the local server
+//! programs (initdb/pg_ctl, `wal_level=logical`, a free port, run as the
+//! `postgres` user when root); the integration tests use it too.
+//! [`quickstart`] is `pgcdc quickstart`: on such a cluster it streams a demo
+//! table while crashing `pgcdc run`, and checks that no change is missing and
+//! that the checkpointed state equals SQL.
+//!
 //! # Feature flags
 //!
 //! None.
@@ -90,6 +99,7 @@ pub mod event;
 pub mod job;
 pub mod operators;
 pub mod pipeline;
+pub mod quickstart;
 pub mod replication;
 pub mod setup;
 pub mod sinks;
