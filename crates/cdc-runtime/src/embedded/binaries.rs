@@ -14,6 +14,7 @@ pub const MIN_MAJOR: u32 = 15;
 /// A directory holding `initdb`, `pg_ctl` and `postgres` of one PostgreSQL version.
 #[derive(Debug, Clone)]
 pub struct PgBinaries {
+    /// The directory holding the programs.
     pub bindir: PathBuf,
     /// Major version (15, 16, ...).
     pub major: u32,

@@ -480,14 +480,17 @@ async fn sql_aggregate(
         .collect())
 }
 
-/// The quickstart's directory: the given one (created if missing) or a new
-/// one under the temp dir. Returns whether it was created here.
+/// The quickstart's directory: the given one (created if missing; files of
+/// an earlier quickstart in it are removed) or a new one under the temp dir.
+/// Returns whether it was created here.
 fn prepare_dir(dir: Option<&Path>) -> Result<(PathBuf, bool), QuickstartError> {
     let dir = match dir {
         Some(d) => d.to_path_buf(),
         None => std::env::temp_dir().join(format!("pgcdc-quickstart-{}", std::process::id())),
     };
     if dir.is_dir() {
+        // A previous `--keep` run's files would be counted as this run's events.
+        remove_files(&dir, false);
         return Ok((dir, false));
     }
     std::fs::create_dir_all(&dir).map_err(|e| QuickstartError::io("create", &dir, e))?;
