@@ -1,9 +1,15 @@
 //! checkpoint-pg against the raw limits of the same server and client library.
 //!
-//! Starts its own throwaway server through the test harness. Measures save and load of 1,
-//! 64 and 256 MiB states (random bytes) in both large layouts, the latency of 1000 tiny
-//! saves, and as baselines: 256 MiB as 1 MiB `lo_put`/`lo_get` calls, as 1 MiB BYTEA rows
-//! through binary `COPY` in and out, and 1000 single-row upserts.
+//! Starts its own throwaway server through the test harness. Each store figure is set
+//! against the fastest raw way to move the same bytes with the same client library:
+//!
+//! * tiny state: 1000 saves against 1000 prepared single-row upserts, interleaved one by
+//!   one so both see the same server and machine (after 100 warm-up rounds);
+//! * 1 MiB state: one prepared single-row BYTEA `INSERT` / `SELECT` of 1 MiB (binary
+//!   parameters and results, `STORAGE EXTERNAL` like the store's columns), each right
+//!   after the store's save / load, medians of 20;
+//! * 64 and 256 MiB states, both large layouts: the faster of 256 MiB as 1 MiB
+//!   `lo_put`/`lo_get` calls and as 1 MiB BYTEA rows through binary `COPY` in and out.
 //!
 //! `cargo bench -p pgcdc-benches --bench checkpoint_pg`; `PGCDC_BENCH_REPS` (default 3) sets
 //! the repetitions of each big-state measurement (the median is reported).
@@ -79,21 +85,14 @@ struct Raw {
     lo_read: f64,
     copy_write: f64,
     copy_read: f64,
-    upsert_p50: Duration,
-    upsert_p99: Duration,
 }
+
+/// Repetitions of the 1 MiB measurements (each takes milliseconds).
+const SMALL_REPS: usize = 20;
 
 async fn raw(client: &mut Client, reps: usize) -> Raw {
     let blob = noise(256 * MIB, 7);
     let (mut lw, mut lr, mut cw, mut cr) = (vec![], vec![], vec![], vec![]);
-    client
-        .batch_execute(
-            "CREATE TABLE raw_rows (seq int PRIMARY KEY, data bytea NOT NULL);
-             ALTER TABLE raw_rows ALTER COLUMN data SET STORAGE EXTERNAL;
-             CREATE TABLE raw_kv (k text PRIMARY KEY, v bytea NOT NULL);",
-        )
-        .await
-        .unwrap();
     for _ in 0..reps {
         // Large object, 1 MiB lo_put calls, one transaction.
         let tx = client.transaction().await.unwrap();
@@ -158,33 +157,11 @@ async fn raw(client: &mut Client, reps: usize) -> Raw {
         assert_eq!(n, blob.len());
         cr.push(mbps(n, start.elapsed()));
     }
-    let upsert = client
-        .prepare(
-            "INSERT INTO raw_kv (k, v) VALUES ($1, $2)
-             ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
-        )
-        .await
-        .unwrap();
-    let value = noise(300, 3);
-    let mut lat = Vec::with_capacity(1000);
-    for i in 0..1100 {
-        let start = Instant::now();
-        client
-            .execute(&upsert, &[&"job", &&value[..]])
-            .await
-            .unwrap();
-        if i >= 100 {
-            lat.push(start.elapsed());
-        }
-    }
-    lat.sort();
     Raw {
         lo_write: median(lw),
         lo_read: median(lr),
         copy_write: median(cw),
         copy_read: median(cr),
-        upsert_p50: percentile(&lat, 0.5),
-        upsert_p99: percentile(&lat, 0.99),
     }
 }
 
@@ -198,46 +175,124 @@ async fn store_for(db: &TestDatabase, layout: LargeLayout, table: &str) -> PgChe
         .unwrap()
 }
 
-/// Median save and load MB/s of a `size`-byte state.
-async fn big(store: &PgCheckpointStore, size: usize, reps: usize) -> (f64, f64) {
+/// Median MB/s of the store and, when measured, of the raw one-row baseline.
+struct Speeds {
+    save: f64,
+    load: f64,
+    raw_write: f64,
+    raw_read: f64,
+}
+
+/// Save and load of a `size`-byte state; with `raw`, each repetition also writes and reads
+/// the same number of bytes as one BYTEA row with prepared statements, right after the
+/// store, so both see the same server and machine.
+async fn big(store: &PgCheckpointStore, size: usize, reps: usize, raw: Option<&Client>) -> Speeds {
     let job = JobName::new(format!("big-{size}")).unwrap();
     let lease = store
         .acquire_lease(&job, &OwnerId::new("bench").unwrap())
         .await
         .unwrap();
     let state = noise(size, size as u64);
-    let (mut s, mut l) = (vec![], vec![]);
+    let statements = match raw {
+        Some(client) => Some((
+            client
+                .prepare("INSERT INTO raw_one (k, v) VALUES ($1, $2)")
+                .await
+                .unwrap(),
+            client
+                .prepare("SELECT v FROM raw_one WHERE k = $1")
+                .await
+                .unwrap(),
+        )),
+        None => None,
+    };
+    let (mut s, mut l, mut rw, mut rr) = (vec![], vec![], vec![], vec![]);
     for rep in 0..reps as u64 {
         let cp = checkpoint(&job, rep + 1, state.clone());
         let start = Instant::now();
         store.save(&lease, &cp).await.unwrap();
         s.push(mbps(size, start.elapsed()));
+        if let (Some(client), Some((insert, _))) = (raw, &statements) {
+            let start = Instant::now();
+            client
+                .execute(insert, &[&(rep as i64), &&state[..]])
+                .await
+                .unwrap();
+            rw.push(mbps(size, start.elapsed()));
+        }
         let start = Instant::now();
         let back = store.load(&job, cp.id).await.unwrap();
         l.push(mbps(size, start.elapsed()));
         assert_eq!(back.checkpoint.state_len(), size as u64);
+        if let (Some(client), Some((_, select))) = (raw, &statements) {
+            let start = Instant::now();
+            let row = client.query_one(select, &[&(rep as i64)]).await.unwrap();
+            let n = row.get::<_, &[u8]>(0).len();
+            rr.push(mbps(n, start.elapsed()));
+            assert_eq!(n, size);
+        }
     }
-    (median(s), median(l))
+    if let Some(client) = raw {
+        client.batch_execute("TRUNCATE raw_one").await.unwrap();
+    }
+    Speeds {
+        save: median(s),
+        load: median(l),
+        raw_write: median(rw),
+        raw_read: median(rr),
+    }
 }
 
-async fn tiny(store: &PgCheckpointStore) -> (Duration, Duration) {
+/// p50 and p99 of tiny saves and of raw upserts, interleaved one by one.
+struct Tiny {
+    save: (Duration, Duration),
+    upsert: (Duration, Duration),
+}
+
+async fn tiny(store: &PgCheckpointStore, client: &Client) -> Tiny {
     let job = JobName::new("tiny").unwrap();
     let lease = store
         .acquire_lease(&job, &OwnerId::new("bench").unwrap())
         .await
         .unwrap();
+    let upsert = client
+        .prepare(
+            "INSERT INTO raw_kv (k, v) VALUES ($1, $2)
+             ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
+        )
+        .await
+        .unwrap();
     let state = noise(200, 1);
-    let mut lat = Vec::with_capacity(1000);
+    let value = noise(300, 3);
+    let mut saves = Vec::with_capacity(1000);
+    let mut upserts = Vec::with_capacity(1000);
     for n in 1..=1100u64 {
         let cp = checkpoint(&job, n, state.clone());
         let start = Instant::now();
         store.save(&lease, &cp).await.unwrap();
+        let saved = start.elapsed();
+        let start = Instant::now();
+        client
+            .execute(&upsert, &[&"job", &&value[..]])
+            .await
+            .unwrap();
+        let upserted = start.elapsed();
         if n > 100 {
-            lat.push(start.elapsed());
+            saves.push(saved);
+            upserts.push(upserted);
         }
     }
-    lat.sort();
-    (percentile(&lat, 0.5), percentile(&lat, 0.99))
+    saves.sort();
+    upserts.sort();
+    let p = |v: &[Duration]| (percentile(v, 0.5), percentile(v, 0.99));
+    Tiny {
+        save: p(&saves),
+        upsert: p(&upserts),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 async fn run() {
@@ -247,12 +302,40 @@ async fn run() {
         .unwrap_or(3);
     let db = TestPostgres::new_database().await.unwrap();
     let mut client = db.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE raw_rows (seq int PRIMARY KEY, data bytea NOT NULL);
+             ALTER TABLE raw_rows ALTER COLUMN data SET STORAGE EXTERNAL;
+             CREATE TABLE raw_kv (k text PRIMARY KEY, v bytea NOT NULL);
+             CREATE TABLE raw_one (k bigint PRIMARY KEY, v bytea NOT NULL);
+             ALTER TABLE raw_one ALTER COLUMN v SET STORAGE EXTERNAL;",
+        )
+        .await
+        .unwrap();
+    eprintln!("tiny saves and upserts...");
+    let tiny_store = store_for(&db, LargeLayout::ChunkRows, "cp_tiny").await;
+    let t = tiny(&tiny_store, &client).await;
     eprintln!("raw baselines ({reps} reps)...");
     let raw = raw(&mut client, reps).await;
     let faster_write = raw.lo_write.max(raw.copy_write);
     let faster_read = raw.lo_read.max(raw.copy_read);
 
-    println!("| measurement | save MB/s | load MB/s | save / faster raw | load / faster raw |");
+    println!("| tiny (single row) | p50 | p99 | p50 / raw | p99 / raw |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| raw upsert (prepared), interleaved with the saves | {:.3} ms | {:.3} ms | | |",
+        ms(t.upsert.0),
+        ms(t.upsert.1)
+    );
+    println!(
+        "| store save, tiny state (1000 saves, retention 2) | {:.3} ms | {:.3} ms | {:.2}x | {:.2}x |",
+        ms(t.save.0),
+        ms(t.save.1),
+        ms(t.save.0) / ms(t.upsert.0),
+        ms(t.save.1) / ms(t.upsert.1)
+    );
+    println!();
+    println!("| measurement | save MB/s | load MB/s | save / raw | load / raw |");
     println!("|---|---|---|---|---|");
     println!(
         "| raw: 256 MiB as 1 MiB lo_put / lo_get | {:.0} | {:.0} | | |",
@@ -269,31 +352,30 @@ async fn run() {
         let store = store_for(&db, layout, table).await;
         for size in [MIB, 64 * MIB, 256 * MIB] {
             eprintln!("{layout:?} {} MiB...", size / MIB);
-            let (s, l) = big(&store, size, reps).await;
+            // 1 MiB against the one-row baseline, bigger states against the faster bulk one.
+            let sp = if size == MIB {
+                let sp = big(&store, size, reps.max(SMALL_REPS), Some(&client)).await;
+                println!(
+                    "| raw: 1 MiB as one BYTEA row, prepared INSERT / SELECT (interleaved with the next row) | {:.0} | {:.0} | | |",
+                    sp.raw_write, sp.raw_read
+                );
+                sp
+            } else {
+                let mut sp = big(&store, size, reps, None).await;
+                sp.raw_write = faster_write;
+                sp.raw_read = faster_read;
+                sp
+            };
             println!(
-                "| store {layout:?}: {} MiB state | {s:.0} | {l:.0} | {:.0}% | {:.0}% |",
+                "| store {layout:?}: {} MiB state | {:.0} | {:.0} | {:.0}% | {:.0}% |",
                 size / MIB,
-                100.0 * s / faster_write,
-                100.0 * l / faster_read
+                sp.save,
+                sp.load,
+                100.0 * sp.save / sp.raw_write,
+                100.0 * sp.load / sp.raw_read
             );
         }
     }
-    let store = store_for(&db, LargeLayout::ChunkRows, "cp_tiny").await;
-    let (p50, p99) = tiny(&store).await;
-    println!();
-    println!("| tiny (single row) | p50 | p99 | p99 / raw p99 |");
-    println!("|---|---|---|---|");
-    println!(
-        "| raw upsert (prepared) | {:.3} ms | {:.3} ms | |",
-        raw.upsert_p50.as_secs_f64() * 1e3,
-        raw.upsert_p99.as_secs_f64() * 1e3
-    );
-    println!(
-        "| store save, tiny state (1000 saves, retention 2) | {:.3} ms | {:.3} ms | {:.2}x |",
-        p50.as_secs_f64() * 1e3,
-        p99.as_secs_f64() * 1e3,
-        p99.as_secs_f64() / raw.upsert_p99.as_secs_f64()
-    );
 }
 
 fn main() {

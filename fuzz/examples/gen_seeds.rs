@@ -336,6 +336,13 @@ fn main() -> std::io::Result<()> {
                 &format!("enc-{name}-p{}", u8::from(parallel)),
                 &seed,
             )?;
+            // The same messages with spilling on (option bit 5).
+            seed[0] |= 32;
+            write(
+                &txn_dir,
+                &format!("enc-{name}-p{}-spill", u8::from(parallel)),
+                &seed,
+            )?;
             if let Some(first) = records.get(2) {
                 let mut frame = Vec::new();
                 encode_xlog_data(

@@ -15,10 +15,20 @@ use cdc_runtime::pipeline::Progress;
 use cdc_runtime::sinks::FileSink;
 use checkpoint_api::{CheckpointStore, JobName};
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
-use integration_tests::{TestDatabase, TestPostgres};
+use integration_tests::{ClusterOptions, TestDatabase, TestPostgres};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_postgres::Client;
+
+/// Logs of the code under test, filtered by `PGCDC_TEST_LOG` (off when unset).
+fn init_logging() {
+    if let Ok(filter) = std::env::var("PGCDC_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
+}
 
 /// How long any awaited condition may take before the test fails.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -275,6 +285,7 @@ async fn sql_groups(client: &Client) -> BTreeMap<Option<String>, Group> {
 
 #[tokio::test]
 async fn a_restarted_job_resumes_from_its_checkpoint_with_operator_state() {
+    init_logging();
     let db = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
     create_orders(&client).await;
@@ -335,6 +346,7 @@ async fn a_restarted_job_resumes_from_its_checkpoint_with_operator_state() {
 
 #[tokio::test]
 async fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
+    init_logging();
     let db = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
     create_orders(&client).await;
@@ -393,6 +405,7 @@ async fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
 
 #[tokio::test]
 async fn a_second_instance_of_a_running_job_is_refused() {
+    init_logging();
     let db = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
     create_orders(&client).await;
@@ -401,7 +414,10 @@ async fn a_second_instance_of_a_running_job_is_refused() {
     eventually("the slot to be active", || async {
         let row = client
             .query_one(
-                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'twice_slot' AND active",
+                // A slot being created is already active, but only changes
+                // after its consistent point (confirmed_flush_lsn set) stream.
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'twice_slot' AND active \
+                 AND confirmed_flush_lsn IS NOT NULL",
                 &[],
             )
             .await
@@ -421,14 +437,17 @@ async fn a_second_instance_of_a_running_job_is_refused() {
     // The first one was not disturbed (its lease was not taken over).
     insert_orders(&client, 0, 10, 10).await;
     let store = store(&db).await;
-    await_checkpoint(&store, &job.job_name(), current_wal(&client).await).await;
+    let written = current_wal(&client).await;
+    await_checkpoint(&store, &job.job_name(), written).await;
     let progress = first.stop().await;
-    assert!(progress.events >= 10, "{progress:?}");
+    assert!(progress.events >= 10, "{progress:?} written={written}");
+    assert_eq!(inserted_ids(&job.events()).len(), 10);
     assert_eq!(inserted_ids(&job.events()).len(), 10);
 }
 
 #[tokio::test]
 async fn the_slot_advances_while_the_published_tables_are_idle() {
+    init_logging();
     let db = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
     create_orders(&client).await;
@@ -469,4 +488,70 @@ async fn the_slot_advances_while_the_published_tables_are_idle() {
         inserted_ids(&job.events()).is_empty(),
         "nothing published was written"
     );
+}
+
+#[tokio::test]
+async fn streaming_goes_on_while_the_checkpoint_store_is_down() {
+    init_logging();
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    create_orders(&client).await;
+    // The checkpoints live in a server of their own, which the test stops.
+    let store_cluster = TestPostgres::dedicated(ClusterOptions::new())
+        .await
+        .unwrap();
+    let store_db = store_cluster.create_database().await.unwrap();
+    let url = store_db.connection_info().connection_string();
+    let job = Job::new(&db, "outage", 100, 2, &format!("url = {url:?}"));
+    let name = job.job_name();
+    let running = job.spawn();
+    let slot = "outage_slot";
+    eventually("the slot", || async {
+        (!slot_confirmed(&client, slot).await.is_invalid()).then_some(())
+    })
+    .await;
+    insert_orders(&client, 0, 20, 10).await;
+    {
+        let store = store(&store_db).await;
+        await_checkpoint(&store, &name, current_wal(&client).await).await;
+    }
+    let before_outage = eventually("the slot to follow the checkpoints", || async {
+        let c = slot_confirmed(&client, slot).await;
+        (c >= current_wal(&client).await).then_some(c)
+    })
+    .await;
+
+    store_cluster.stop().await.unwrap();
+    let outage = tokio::time::Instant::now();
+    // For 10 s: changes keep arriving, the slot stays where it was.
+    let mut next = 20i64;
+    while outage.elapsed() < Duration::from_secs(10) {
+        insert_orders(&client, next, next + 5, 5).await;
+        next += 5;
+        let want = next;
+        eventually("events during the outage", || async {
+            (inserted_ids(&job.events()).len() as i64 == want).then_some(())
+        })
+        .await;
+        assert_eq!(
+            slot_confirmed(&client, slot).await,
+            before_outage,
+            "the slot moved without a durable checkpoint"
+        );
+    }
+
+    store_cluster.start().await.unwrap();
+    let end = current_wal(&client).await;
+    let store = store(&store_db).await;
+    await_checkpoint(&store, &name, end).await;
+    eventually("the slot to move again", || async {
+        (slot_confirmed(&client, slot).await > before_outage).then_some(())
+    })
+    .await;
+    let progress = running.stop().await;
+    assert!(
+        progress.checkpoints.failed > 0,
+        "saves failed during the outage: {progress:?}"
+    );
+    assert_eq!(inserted_ids(&job.events()).len() as i64, next);
 }

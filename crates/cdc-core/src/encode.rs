@@ -6,50 +6,13 @@
 //! `abort_info: Some(_)` as with parallel streaming. Strings must not contain
 //! NUL bytes (the server's never do).
 
-use crate::pgoutput::{LogicalMessage, OldTuple, TupleData};
+use crate::pgoutput::write::{self, cstr, lsn, u32, xid};
+use crate::pgoutput::LogicalMessage;
 use crate::replication::{PrimaryKeepalive, XLogData};
-use crate::{Lsn, PgTimestamp};
-
-fn lsn(out: &mut Vec<u8>, v: Lsn) {
-    out.extend_from_slice(&v.as_u64().to_be_bytes());
-}
+use crate::PgTimestamp;
 
 fn ts(out: &mut Vec<u8>, v: PgTimestamp) {
     out.extend_from_slice(&v.as_pg_micros().to_be_bytes());
-}
-
-fn u32(out: &mut Vec<u8>, v: u32) {
-    out.extend_from_slice(&v.to_be_bytes());
-}
-
-fn cstr(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(s.as_bytes());
-    out.push(0);
-}
-
-fn xid(out: &mut Vec<u8>, v: Option<u32>) {
-    if let Some(v) = v {
-        u32(out, v);
-    }
-}
-
-fn tuple(out: &mut Vec<u8>, t: &TupleData<'_>) {
-    // `TupleData` holds at most i16::MAX columns.
-    out.extend_from_slice(&(t.len() as u16).to_be_bytes());
-    out.extend_from_slice(t.raw_columns());
-}
-
-fn old(out: &mut Vec<u8>, t: &OldTuple<'_>) {
-    match t {
-        OldTuple::Key(t) => {
-            out.push(b'K');
-            tuple(out, t);
-        }
-        OldTuple::Full(t) => {
-            out.push(b'O');
-            tuple(out, t);
-        }
-    }
 }
 
 /// Appends the pgoutput encoding of `msg` to `out`.
@@ -61,14 +24,7 @@ pub fn encode_message(msg: &LogicalMessage<'_>, out: &mut Vec<u8>) {
             ts(out, m.commit_time);
             u32(out, m.xid);
         }
-        LogicalMessage::Message(m) => {
-            xid(out, m.xid);
-            out.push(u8::from(m.transactional));
-            lsn(out, m.lsn);
-            cstr(out, &m.prefix);
-            u32(out, m.content.len() as u32);
-            out.extend_from_slice(&m.content);
-        }
+        LogicalMessage::Message(m) => write::message(out, m),
         LogicalMessage::Commit(m) => {
             out.push(m.flags);
             lsn(out, m.commit_lsn);
@@ -99,34 +55,10 @@ pub fn encode_message(msg: &LogicalMessage<'_>, out: &mut Vec<u8>) {
             cstr(out, &m.namespace);
             cstr(out, &m.name);
         }
-        LogicalMessage::Insert(m) => {
-            xid(out, m.xid);
-            u32(out, m.relation);
-            out.push(b'N');
-            tuple(out, &m.new);
-        }
-        LogicalMessage::Update(m) => {
-            xid(out, m.xid);
-            u32(out, m.relation);
-            if let Some(o) = &m.old {
-                old(out, o);
-            }
-            out.push(b'N');
-            tuple(out, &m.new);
-        }
-        LogicalMessage::Delete(m) => {
-            xid(out, m.xid);
-            u32(out, m.relation);
-            old(out, &m.old);
-        }
-        LogicalMessage::Truncate(m) => {
-            xid(out, m.xid);
-            u32(out, m.relations.len() as u32);
-            out.push(m.options);
-            for &oid in &m.relations {
-                u32(out, oid);
-            }
-        }
+        LogicalMessage::Insert(m) => write::insert(out, m),
+        LogicalMessage::Update(m) => write::update(out, m),
+        LogicalMessage::Delete(m) => write::delete(out, m),
+        LogicalMessage::Truncate(m) => write::truncate(out, m),
         LogicalMessage::StreamStart(m) => {
             u32(out, m.xid);
             out.push(u8::from(m.first_segment));

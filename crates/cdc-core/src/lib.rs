@@ -12,6 +12,9 @@
 //! * [`RelationCache`] and [`TxnAssembler`]: schemas from Relation/Type
 //!   messages, and transactions (plain, streamed, two-phase) assembled from
 //!   messages, with protocol-order violations as typed [`ProtocolError`]s.
+//! * [`spill`]: the encoding that lets a caller keep a large streamed
+//!   transaction in a file instead of memory and replay it at commit; the
+//!   assembler produces and reads the bytes, the caller stores them.
 //! * [`Lsn`]: WAL positions.
 //!
 //! # What it does not do
@@ -67,6 +70,7 @@ pub mod pgoutput;
 mod reader;
 mod relcache;
 mod replication;
+pub mod spill;
 pub mod sql;
 mod txn;
 mod value;

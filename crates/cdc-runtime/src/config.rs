@@ -18,7 +18,8 @@
 //!
 //! [pipeline]
 //! batch_size = 1000
-//! byte_budget = 67108864        # streamed in-progress transactions, bytes
+//! byte_budget = 67108864        # streamed in-progress transactions held in memory, bytes
+//! # spill_dir = "/var/tmp/pgcdc" # where larger ones go; default: the system temp directory
 //! status_interval_secs = 10
 //!
 //! [[sinks]]
@@ -224,9 +225,11 @@ fn yes() -> bool {
 pub struct PipelineConfig {
     /// Change events per batch handed to the sinks.
     pub batch_size: usize,
-    /// Bytes of streamed in-progress transactions held in memory before the
-    /// pipeline stops with an error.
+    /// Bytes of streamed in-progress transactions held in memory; past it
+    /// the largest is spilled to a file in `spill_dir`.
     pub byte_budget: usize,
+    /// Directory for spill files (`None`: the system temporary directory).
+    pub spill_dir: Option<PathBuf>,
     /// Seconds between standby status updates.
     pub status_interval_secs: u64,
     /// Batches buffered between the source and each sink (backpressure).
@@ -238,6 +241,7 @@ impl Default for PipelineConfig {
         PipelineConfig {
             batch_size: DEFAULT_BATCH_SIZE,
             byte_budget: DEFAULT_BYTE_BUDGET,
+            spill_dir: None,
             status_interval_secs: DEFAULT_STATUS_INTERVAL.as_secs(),
             channel_capacity: 4,
         }
@@ -411,6 +415,9 @@ impl Config {
         }
         if let Some(v) = num("byte_budget")? {
             p.byte_budget = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = env("PGCDC_PIPELINE_SPILL_DIR") {
+            p.spill_dir = Some(v.into());
         }
         if let Some(v) = num("status_interval_secs")? {
             p.status_interval_secs = v;
@@ -621,6 +628,7 @@ mod tests {
         assert_eq!(c.source.port, 5432);
         assert!(c.source.create_slot);
         assert_eq!(c.pipeline.batch_size, DEFAULT_BATCH_SIZE);
+        assert_eq!(c.pipeline.spill_dir, None);
         assert_eq!(c.status_interval(), Duration::from_secs(10));
         assert!(matches!(
             c.sinks[0],
@@ -649,6 +657,7 @@ mod tests {
             ("PGCDC_SOURCE_PASSWORD", "from-env"),
             ("PGCDC_SOURCE_TABLES", "a, b.c"),
             ("PGCDC_PIPELINE_BATCH_SIZE", "7"),
+            ("PGCDC_PIPELINE_SPILL_DIR", "/var/tmp/spill"),
         ]
         .into_iter()
         .collect();
@@ -657,6 +666,10 @@ mod tests {
         assert_eq!(c.source.port, 6432);
         assert_eq!(c.source.tables, ["a", "b.c"]);
         assert_eq!(c.pipeline.batch_size, 7);
+        assert_eq!(
+            c.pipeline.spill_dir.as_deref(),
+            Some(Path::new("/var/tmp/spill"))
+        );
         assert_eq!(
             c.source.resolve_password().unwrap().unwrap().expose(),
             "from-env"

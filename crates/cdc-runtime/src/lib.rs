@@ -77,6 +77,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Other PostgreSQL connections
+//!
+//! [`tls_connect`] gives `tokio-postgres` (the checkpoint store's pool, the
+//! PostgreSQL table sink) the replication connection's rustls TLS and
+//! `sslmode` / `sslrootcert` meanings.
+//!
 //! # Throwaway servers and the quickstart
 //!
 //! [`embedded`] starts a throwaway PostgreSQL cluster from the local server
@@ -103,3 +109,4 @@ pub mod quickstart;
 pub mod replication;
 pub mod setup;
 pub mod sinks;
+pub mod tls_connect;

@@ -61,7 +61,8 @@ pub struct PgStoreConfig {
     /// `<table>_schema_version`). Any name of at most 48 bytes: it is always quoted.
     pub table: String,
     /// Envelopes up to this many bytes (uncompressed length) are stored inline in the
-    /// metadata row (default 1 MiB).
+    /// metadata row (default 2 MiB): one statement, where the chunked layouts need a
+    /// transaction of several round trips, which only pays off for bigger states.
     pub inline_threshold: usize,
     /// How larger checkpoints are stored (default [`LargeLayout::ChunkRows`]).
     pub large_layout: LargeLayout,
@@ -85,7 +86,7 @@ impl Default for PgStoreConfig {
         PgStoreConfig {
             schema: "pgcdc".into(),
             table: "checkpoints".into(),
-            inline_threshold: 1 << 20,
+            inline_threshold: 2 << 20,
             large_layout: LargeLayout::default(),
             row_chunk_size: 1 << 20,
             large_object_chunk_size: 8 << 20,

@@ -10,8 +10,10 @@ fn is_transient(e: &tokio_postgres::Error) -> bool {
         return true;
     }
     let Some(db) = e.as_db_error() else {
-        // No server error: IO, TLS or protocol trouble on the connection.
-        return true;
+        // No server error: IO, TLS or protocol trouble on the connection. A TLS
+        // failure that is not an IO error (the server does not offer TLS, its
+        // certificate is refused) recurs on every attempt.
+        return !is_tls_setup_failure(e);
     };
     let code = db.code();
     let class = code.code().get(..2).unwrap_or_default();
@@ -19,6 +21,20 @@ fn is_transient(e: &tokio_postgres::Error) -> bool {
         || code == &SqlState::T_R_SERIALIZATION_FAILURE
         || code == &SqlState::T_R_DEADLOCK_DETECTED
         || code == &SqlState::LOCK_NOT_AVAILABLE
+}
+
+/// A TLS failure that retrying cannot fix. tokio-postgres does not expose its error kinds;
+/// its TLS errors are the ones displayed as "error performing TLS handshake".
+fn is_tls_setup_failure(e: &tokio_postgres::Error) -> bool {
+    use std::error::Error as _;
+    if !e.to_string().starts_with("error performing TLS handshake") {
+        return false;
+    }
+    match e.source().and_then(|s| s.downcast_ref::<std::io::Error>()) {
+        // rustls reports a refused certificate or protocol violation as InvalidData.
+        Some(io) => io.kind() == std::io::ErrorKind::InvalidData,
+        None => true,
+    }
 }
 
 /// `e` while doing `what`, as a [`CheckpointError`].
@@ -30,11 +46,26 @@ pub(crate) fn pg(what: &str, e: tokio_postgres::Error) -> CheckpointError {
     }
 }
 
+/// `e` and its causes, `: `-separated (tokio-postgres shows only the kind of error itself).
+fn with_causes(e: &tokio_postgres::Error) -> String {
+    use std::error::Error as _;
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 /// A pool error while getting a connection.
 pub(crate) fn pool(e: deadpool_postgres::PoolError) -> CheckpointError {
     use deadpool_postgres::PoolError;
     match e {
-        PoolError::Backend(e) => pg("connecting", e),
+        // The driver's message says what went wrong (refused, TLS, authentication); it
+        // never holds the password.
+        PoolError::Backend(e) => pg(&format!("connecting: {}", with_causes(&e)), e),
         PoolError::Timeout(_) => CheckpointError::unavailable("connection pool timed out", e),
         PoolError::Closed => CheckpointError::unavailable("connection pool closed", e),
         other => CheckpointError::backend("connection pool", other),

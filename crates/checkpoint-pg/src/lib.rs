@@ -13,7 +13,7 @@
 //! * `<table>`: one row per checkpoint, primary key `(job, checkpoint_id)`, with the commit
 //!   end LSN, creation time, format version, stored size, CRC32C, storage kind, chunk size
 //!   and count, and the writer's epoch. Envelopes up to
-//!   [`PgStoreConfig::inline_threshold`] (1 MiB) are stored in its `data` column (`BYTEA`).
+//!   [`PgStoreConfig::inline_threshold`] (2 MiB) are stored in its `data` column (`BYTEA`).
 //! * `<table>_chunks`: bigger envelopes, by default ([`LargeLayout::ChunkRows`]), as rows
 //!   `(job, checkpoint_id, seq) -> bytea` written with binary `COPY` while the next chunk is
 //!   being encoded on a blocking thread. Deleting a checkpoint row deletes its chunks
@@ -30,8 +30,8 @@
 //!
 //! * A save is one transaction: chunks, metadata row, the lease's highest id and retention
 //!   ([`PgStoreConfig::keep_on_save`], default 5: older rows deleted and their large objects
-//!   unlinked) commit together or not at all. A small save is one statement, so one round
-//!   trip with a cached prepared statement.
+//!   unlinked) commit together or not at all. A small (inline) save is one statement, so
+//!   one round trip with a cached prepared statement; so is loading an inline checkpoint.
 //! * The save locks the job's lease row (`FOR UPDATE`) and checks its epoch: a writer whose
 //!   lease was taken over gets [`CheckpointError::Fenced`](checkpoint_api::CheckpointError).
 //! * Loads read in one `REPEATABLE READ` snapshot, check chunk lengths against the metadata
@@ -78,8 +78,11 @@
 //! # TLS
 //!
 //! [`PgCheckpointStore::connect`] connects without TLS;
-//! [`PgCheckpointStore::connect_with_tls`] takes any `tokio_postgres` TLS connector
-//! (e.g. from `tokio-postgres-rustls`), and [`PgCheckpointStore::from_pool`] any pool.
+//! [`PgCheckpointStore::connect_with_tls`] takes any `tokio_postgres` TLS connector, and
+//! [`PgCheckpointStore::from_pool`] any pool. `cdc-runtime`'s `tls_connect` module has a
+//! rustls connector with libpq's `sslmode` meanings (up to `verify-full`) and opens the
+//! store with the source connection's settings. A server that does not offer TLS when it
+//! is required, or whose certificate is refused, is a definite (not retryable) error.
 //!
 //! # Feature flags
 //!

@@ -7,16 +7,16 @@ use crate::schema::Names;
 pub(crate) struct Sql {
     pub(crate) acquire: String,
     pub(crate) save_inline: String,
+    pub(crate) lease_state: String,
     pub(crate) lock_for_save: String,
-    pub(crate) insert_meta: String,
-    pub(crate) bump_highest: String,
+    pub(crate) finish_large: String,
     pub(crate) copy_chunks: String,
     pub(crate) record_lo: String,
-    pub(crate) retain_in_tx: String,
     pub(crate) retain: String,
     pub(crate) delete: String,
     pub(crate) list: String,
     pub(crate) list_desc: String,
+    pub(crate) newest: String,
     pub(crate) read_chunks: String,
     pub(crate) get: String,
     pub(crate) vacuum: String,
@@ -33,15 +33,18 @@ impl Sql {
         let leases = &n.leases;
         let chunks = &n.chunks;
         let lobs = &n.large_objects;
-        // Deletes the rows of $1 beyond the newest $2 (as this statement sees them), unlinks
-        // their large objects and forgets them, all in the statement's transaction. Chunk
-        // rows go by ON DELETE CASCADE.
-        let doomed = |cond: &str| {
+        // Deletes the rows of $1 beyond the newest `offset` (as this statement sees them)
+        // where `cond` holds, unlinks their large objects and forgets them, all in the
+        // statement's transaction. Chunk rows go by ON DELETE CASCADE. `job` is always $1.
+        // The cut-off is found walking the primary key down from the newest row (LIMIT 1
+        // makes the planner do that), instead of sorting all index entries of the job,
+        // dead ones included.
+        let doomed = |cond: &str, offset: &str| {
             format!(
                 "doomed AS (
-                    DELETE FROM {cps} WHERE job = $1 AND {cond} AND checkpoint_id IN (
+                    DELETE FROM {cps} WHERE job = $1 AND {cond} AND checkpoint_id <= (
                         SELECT checkpoint_id FROM {cps} WHERE job = $1
-                        ORDER BY checkpoint_id DESC OFFSET $2)
+                        ORDER BY checkpoint_id DESC OFFSET {offset} LIMIT 1)
                     RETURNING lo_oid),
                  unlinked AS (
                     SELECT lo_unlink(d.lo_oid) FROM doomed d
@@ -58,45 +61,42 @@ impl Sql {
                  SET epoch = l.epoch + 1, owner = EXCLUDED.owner, acquired_at = now()
                  RETURNING epoch"
             ),
-            // One statement, hence one implicit transaction and one round trip: lock the
-            // lease row, check epoch, id and LSN, insert, bump the highest id, apply
-            // retention ($14 = rows to keep besides the new one; NULL keeps all).
+            // One statement, hence one implicit transaction and one round trip. The lease
+            // row's UPDATE is the lock: it bumps the highest id only if the epoch is the
+            // writer's ($3), the id is new ($2) and the LSN ($4) does not go back; a
+            // concurrent takeover makes it match nothing (READ COMMITTED re-checks the
+            // updated row). Then the insert and retention ($12 = rows to keep besides the
+            // new one; NULL keeps all), only if the lease row was updated.
             save_inline: format!(
                 "WITH lease AS (
-                    SELECT epoch, highest_id FROM {leases} WHERE job = $1 FOR UPDATE),
-                 newest AS (
-                    SELECT commit_end_lsn FROM {cps} WHERE job = $1
-                    ORDER BY checkpoint_id DESC LIMIT 1),
-                 ok AS (
-                    SELECT 1 FROM lease
-                    WHERE lease.epoch = $3
-                      AND (lease.highest_id IS NULL OR lease.highest_id < $2)
-                      AND NOT EXISTS (SELECT 1 FROM newest WHERE newest.commit_end_lsn > $4)),
+                    UPDATE {leases} SET highest_id = $2
+                    WHERE job = $1 AND epoch = $3
+                      AND (highest_id IS NULL OR highest_id < $2)
+                      AND NOT EXISTS (
+                        SELECT 1 FROM (
+                            SELECT commit_end_lsn FROM {cps} WHERE job = $1
+                            ORDER BY checkpoint_id DESC LIMIT 1) newest
+                        WHERE newest.commit_end_lsn > $4)
+                    RETURNING 1),
                  ins AS (
                     INSERT INTO {cps} (job, checkpoint_id, commit_end_lsn, created_at_us,
                         format_version, stored_bytes, crc32c, storage, chunk_size, chunk_count,
                         writer_epoch, data)
-                    SELECT $1, $2, $4, $5, $6, $7, $8, 'inline', $9, $10, $3, $11 FROM ok
-                    RETURNING checkpoint_id),
-                 bump AS (
-                    UPDATE {leases} SET highest_id = $2
-                    WHERE job = $1 AND EXISTS (SELECT 1 FROM ins)),
-                 doomed AS (
-                    DELETE FROM {cps} WHERE job = $1 AND $12::bigint IS NOT NULL
-                      AND EXISTS (SELECT 1 FROM ins)
-                      AND checkpoint_id IN (
-                        SELECT checkpoint_id FROM {cps} WHERE job = $1
-                        ORDER BY checkpoint_id DESC OFFSET $12)
-                    RETURNING lo_oid),
-                 unlinked AS (
-                    SELECT lo_unlink(d.lo_oid) FROM doomed d
-                    WHERE d.lo_oid IS NOT NULL
-                      AND EXISTS (SELECT 1 FROM pg_largeobject_metadata m WHERE m.oid = d.lo_oid)),
-                 forgotten AS (
-                    DELETE FROM {lobs} WHERE lo_oid IN (SELECT lo_oid FROM doomed))
-                 SELECT (SELECT epoch FROM lease), (SELECT highest_id FROM lease),
-                        (SELECT commit_end_lsn FROM newest), EXISTS (SELECT 1 FROM ins),
-                        (SELECT count(*) FROM unlinked)"
+                    SELECT $1, $2, $4, $5, $6, $7, $8, 'inline', $9, $10, $3, $11 FROM lease
+                    RETURNING 1),
+                 {}
+                 SELECT EXISTS (SELECT 1 FROM ins), (SELECT count(*) FROM unlinked)",
+                doomed(
+                    "$12::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM ins)",
+                    "$12"
+                )
+            ),
+            // Why a save was refused (read after the fact, no lock).
+            lease_state: format!(
+                "SELECT l.epoch, l.highest_id,
+                        (SELECT commit_end_lsn FROM {cps} c WHERE c.job = $1
+                         ORDER BY c.checkpoint_id DESC LIMIT 1)
+                 FROM {leases} l WHERE l.job = $1"
             ),
             lock_for_save: format!(
                 "SELECT l.epoch, l.highest_id,
@@ -104,13 +104,23 @@ impl Sql {
                          ORDER BY c.checkpoint_id DESC LIMIT 1)
                  FROM {leases} l WHERE l.job = $1 FOR UPDATE OF l"
             ),
-            insert_meta: format!(
-                "INSERT INTO {cps} (job, checkpoint_id, commit_end_lsn, created_at_us,
-                    format_version, stored_bytes, crc32c, storage, chunk_size, chunk_count,
-                    writer_epoch, lo_oid)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+            // The end of a large save, after lock_for_save and the chunks, in its
+            // transaction: metadata row, highest id and retention in one round trip
+            // ($13 = rows to keep besides the new one; NULL keeps all).
+            finish_large: format!(
+                "WITH ins AS (
+                    INSERT INTO {cps} (job, checkpoint_id, commit_end_lsn, created_at_us,
+                        format_version, stored_bytes, crc32c, storage, chunk_size, chunk_count,
+                        writer_epoch, lo_oid)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                    RETURNING 1),
+                 bump AS (
+                    UPDATE {leases} SET highest_id = $2 WHERE job = $1 RETURNING 1),
+                 {}
+                 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM bump),
+                        (SELECT count(*) FROM unlinked)",
+                doomed("$13::bigint IS NOT NULL", "$13")
             ),
-            bump_highest: format!("UPDATE {leases} SET highest_id = $2 WHERE job = $1"),
             copy_chunks: format!(
                 "COPY {chunks} (job, checkpoint_id, seq, data) FROM STDIN (FORMAT binary)"
             ),
@@ -118,16 +128,12 @@ impl Sql {
                 "INSERT INTO {lobs} (lo_oid, job, checkpoint_id) VALUES (lo_create(0), $1, $2)
                  RETURNING lo_oid"
             ),
-            retain_in_tx: format!(
-                "WITH {} SELECT (SELECT count(*) FROM doomed), (SELECT count(*) FROM unlinked)",
-                doomed("true")
-            ),
             // $3 = the writer's epoch; nothing is deleted unless it is current.
             retain: format!(
                 "WITH lease AS (SELECT epoch FROM {leases} WHERE job = $1 FOR UPDATE),
                  {} SELECT (SELECT epoch FROM lease), (SELECT count(*) FROM doomed),
                            (SELECT count(*) FROM unlinked)",
-                doomed("EXISTS (SELECT 1 FROM lease WHERE lease.epoch = $3)")
+                doomed("EXISTS (SELECT 1 FROM lease WHERE lease.epoch = $3)", "$2")
             ),
             delete: format!(
                 "WITH lease AS (SELECT epoch FROM {leases} WHERE job = $1 FOR UPDATE),
@@ -151,6 +157,10 @@ impl Sql {
             list_desc: format!(
                 "SELECT {META_COLUMNS}, data FROM {cps} WHERE job = $1
                  ORDER BY checkpoint_id DESC"
+            ),
+            newest: format!(
+                "SELECT {META_COLUMNS}, data FROM {cps} WHERE job = $1
+                 ORDER BY checkpoint_id DESC LIMIT 1"
             ),
             read_chunks: format!(
                 "SELECT data FROM {chunks} WHERE job = $1 AND checkpoint_id = $2 ORDER BY seq"

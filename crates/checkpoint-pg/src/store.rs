@@ -170,6 +170,14 @@ impl PgCheckpointStore {
         &self.inner.sql
     }
 
+    /// How many older checkpoints a save keeps besides the new one (`None`: all).
+    fn keep_others(&self) -> Option<i64> {
+        self.inner
+            .config
+            .keep_on_save
+            .map(|k| i64::try_from(k.saturating_sub(1)).unwrap_or(i64::MAX))
+    }
+
     /// A pooled connection that is not known to be closed. A connection whose
     /// server side went away while it sat in the pool is discarded, not handed out.
     async fn client(&self) -> Result<Object, CheckpointError> {
@@ -206,11 +214,7 @@ impl PgCheckpointStore {
         let envelope = first.unwrap_or_else(|| envelope.freeze());
         let manifest = finished(&encoder)?;
         let p = SaveParams::new(lease, checkpoint, &manifest)?;
-        let keep_others = self
-            .inner
-            .config
-            .keep_on_save
-            .map(|k| i64::try_from(k.saturating_sub(1)).unwrap_or(i64::MAX));
+        let keep_others = self.keep_others();
         let stmt = client
             .prepare_cached(&self.sql().save_inline)
             .await
@@ -236,16 +240,43 @@ impl PgCheckpointStore {
             )
             .await
             .map_err(|e| pg("save", e))?;
-        let get = |e| pg("save: result", e);
-        let epoch: Option<i64> = row.try_get(0).map_err(get)?;
-        let highest: Option<i64> = row.try_get(1).map_err(get)?;
-        let newest: Option<PgLsn> = row.try_get(2).map_err(get)?;
-        let inserted: bool = row.try_get(3).map_err(get)?;
+        let inserted: bool = row.try_get(0).map_err(|e| pg("save: result", e))?;
         if !inserted {
-            return Err(refusal(lease, checkpoint, epoch, highest, newest)
-                .unwrap_or_else(|| definite("save: row not inserted for an unknown reason")));
+            return Err(self.why_refused(client, lease, checkpoint).await);
         }
         Ok(p.meta(checkpoint, StorageKind::Inline))
+    }
+
+    /// Why the one-statement save of `checkpoint` inserted nothing, read after the fact.
+    async fn why_refused(
+        &self,
+        client: &Object,
+        lease: &Lease,
+        checkpoint: &Checkpoint,
+    ) -> CheckpointError {
+        let state = async {
+            let stmt = client.prepare_cached(&self.sql().lease_state).await?;
+            client.query_opt(&stmt, &[&checkpoint.job.as_str()]).await
+        }
+        .await
+        .map_err(|e| pg("save: reading the lease", e));
+        let (epoch, highest, newest) = match state {
+            Err(e) => return e,
+            Ok(None) => (None, None, None),
+            Ok(Some(r)) => match lease_row(&r) {
+                Ok(t) => t,
+                Err(e) => return e,
+            },
+        };
+        refusal(lease, checkpoint, epoch, highest, newest).unwrap_or_else(|| {
+            // The lease or the newest checkpoint changed between the save and this read.
+            CheckpointError::Unavailable {
+                message: "save: refused, but the lease or the newest checkpoint changed since; \
+                          retry"
+                    .into(),
+                source: None,
+            }
+        })
     }
 
     async fn save_large(
@@ -272,14 +303,7 @@ impl PgCheckpointStore {
             .map_err(|e| pg("save: lock lease", e))?;
         let (epoch, highest, newest) = match row {
             None => (None, None, None),
-            Some(r) => {
-                let get = |e| pg("save: lease row", e);
-                (
-                    r.try_get::<_, Option<i64>>(0).map_err(get)?,
-                    r.try_get::<_, Option<i64>>(1).map_err(get)?,
-                    r.try_get::<_, Option<PgLsn>>(2).map_err(get)?,
-                )
-            }
+            Some(r) => lease_row(&r)?,
         };
         if let Some(e) = refusal(lease, checkpoint, epoch, highest, newest) {
             return Err(e);
@@ -299,8 +323,12 @@ impl PgCheckpointStore {
 
         let (storage, lo_oid) = match layout {
             LargeLayout::ChunkRows => {
+                let copy = tx
+                    .prepare_cached(&self.sql().copy_chunks)
+                    .await
+                    .map_err(|e| pg("save: prepare", e))?;
                 let sink = tx
-                    .copy_in(&self.sql().copy_chunks)
+                    .copy_in(&copy)
                     .await
                     .map_err(|e| pg("save: copy chunks", e))?;
                 let writer = BinaryCopyInWriter::new(
@@ -327,8 +355,12 @@ impl PgCheckpointStore {
                 ("chunk_rows", None)
             }
             LargeLayout::LargeObject => {
+                let record = tx
+                    .prepare_cached(&self.sql().record_lo)
+                    .await
+                    .map_err(|e| pg("save: prepare", e))?;
                 let oid: u32 = tx
-                    .query_one(&self.sql().record_lo, &[&job, &id])
+                    .query_one(&record, &[&job, &id])
                     .await
                     .and_then(|r| r.try_get(0))
                     .map_err(|e| pg("save: lo_create", e))?;
@@ -361,34 +393,39 @@ impl PgCheckpointStore {
             .map_err(|e| CheckpointError::backend("save: encoder task", e))?
             .ok_or_else(|| definite("save: encoder did not finish"))?;
         let p = SaveParams::new(lease, checkpoint, &manifest)?;
-        let insert = tx
-            .prepare_cached(&self.sql().insert_meta)
+        let keep_others = self.keep_others();
+        let finish = tx
+            .prepare_cached(&self.sql().finish_large)
             .await
             .map_err(|e| pg("save: prepare", e))?;
-        let meta_params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
-            &p.job,
-            &p.id,
-            &p.lsn,
-            &p.created,
-            &p.format,
-            &p.stored,
-            &p.crc,
-            &storage,
-            &p.chunk_size,
-            &p.chunk_count,
-            &p.epoch,
-            &lo_oid,
-        ];
-        let bump_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&p.job, &p.id];
-        let meta_fut = tx.execute(&insert, &meta_params);
-        let bump_fut = tx.execute(&self.sql().bump_highest, &bump_params);
-        // Pipelined: both are sent before either answer is awaited.
-        futures_util::try_join!(meta_fut, bump_fut).map_err(|e| pg("save: metadata", e))?;
-        if let Some(keep) = self.inner.config.keep_on_save {
-            let keep = i64::try_from(keep).unwrap_or(i64::MAX);
-            tx.query_one(&self.sql().retain_in_tx, &[&p.job, &keep])
-                .await
-                .map_err(|e| pg("save: retention", e))?;
+        let r = tx
+            .query_one(
+                &finish,
+                &[
+                    &p.job,
+                    &p.id,
+                    &p.lsn,
+                    &p.created,
+                    &p.format,
+                    &p.stored,
+                    &p.crc,
+                    &storage,
+                    &p.chunk_size,
+                    &p.chunk_count,
+                    &p.epoch,
+                    &lo_oid,
+                    &keep_others,
+                ],
+            )
+            .await
+            .map_err(|e| pg("save: metadata", e))?;
+        let get = |e| pg("save: metadata", e);
+        let (inserted, bumped): (i64, i64) =
+            (r.try_get(0).map_err(get)?, r.try_get(1).map_err(get)?);
+        if inserted != 1 || bumped != 1 {
+            return Err(definite(format!(
+                "save: {inserted} metadata rows inserted and {bumped} lease rows updated, expected 1 each"
+            )));
         }
         tx.commit().await.map_err(|e| pg("save: commit", e))?;
         Ok(p.meta(
@@ -399,13 +436,36 @@ impl PgCheckpointStore {
         ))
     }
 
+    /// Verifies and decodes an inline checkpoint from the bytes of its `data` column.
+    fn read_inline(
+        &self,
+        row: &MetaRow,
+        data: Option<&[u8]>,
+    ) -> Result<Checkpoint, CheckpointError> {
+        let meta = &row.meta;
+        let corrupt = |why: String| CheckpointError::Corrupt {
+            job: meta.job.clone(),
+            id: meta.id,
+            source: CorruptKind::Other(why),
+        };
+        let data = data.ok_or_else(|| corrupt("inline data is NULL".into()))?;
+        let mut check = ChunkCheck::new(row);
+        check.push(data.len()).map_err(corrupt)?;
+        check.finish().map_err(corrupt)?;
+        let mut decoder = ChunkedDecoder::new(self.inner.config.decode.clone());
+        verify_decoded(meta, decoder.push(data).and_then(|()| decoder.finish()))
+    }
+
     /// Reads and verifies the checkpoint of `row` in `tx`.
     async fn read(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
         row: &MetaRow,
-        inline: Option<Vec<u8>>,
+        inline: Option<&[u8]>,
     ) -> Result<Checkpoint, CheckpointError> {
+        if row.storage == Storage::Inline {
+            return self.read_inline(row, inline);
+        }
         let meta = &row.meta;
         let corrupt = |why: String| CheckpointError::Corrupt {
             job: meta.job.clone(),
@@ -422,11 +482,7 @@ impl PgCheckpointStore {
         let job = meta.job.as_str();
         let id = db_id(meta.id)?;
         match row.storage {
-            Storage::Inline => {
-                let data = inline.ok_or_else(|| corrupt("inline data is NULL".into()))?;
-                check.push(data.len()).map_err(corrupt)?;
-                decoder.push(&data).map_err(decode_err)?;
-            }
+            Storage::Inline => return self.read_inline(row, inline),
             Storage::ChunkRows => {
                 let stmt = tx
                     .prepare_cached(&self.sql().read_chunks)
@@ -669,6 +725,19 @@ fn refusal(
     None
 }
 
+/// `(epoch, highest id, newest LSN)` of a job, each `None` when unknown.
+type LeaseState = (Option<i64>, Option<i64>, Option<PgLsn>);
+
+/// The [`LeaseState`] of a lease_state / lock_for_save row.
+fn lease_row(r: &Row) -> Result<LeaseState, CheckpointError> {
+    let get = |e| pg("save: lease row", e);
+    Ok((
+        r.try_get(0).map_err(get)?,
+        r.try_get(1).map_err(get)?,
+        r.try_get(2).map_err(get)?,
+    ))
+}
+
 /// A metadata row (columns [`crate::sql::META_COLUMNS`]).
 fn meta_row(job: &JobName, r: &Row) -> Result<MetaRow, CheckpointError> {
     let get = |e| pg("reading metadata", e);
@@ -754,8 +823,12 @@ impl CheckpointStore for PgCheckpointStore {
         owner: &OwnerId,
     ) -> Result<Lease, CheckpointError> {
         let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&self.sql().acquire)
+            .await
+            .map_err(|e| pg("acquire lease: prepare", e))?;
         let epoch: i64 = client
-            .query_one(&self.sql().acquire, &[&job.as_str(), &owner.as_str()])
+            .query_one(&stmt, &[&job.as_str(), &owner.as_str()])
             .await
             .and_then(|r| r.try_get(0))
             .map_err(|e| pg("acquire lease", e))?;
@@ -804,18 +877,48 @@ impl CheckpointStore for PgCheckpointStore {
 
     async fn latest(&self, job: &JobName) -> Result<Latest, CheckpointError> {
         let mut client = self.client().await?;
+        // The usual case in one statement: the newest checkpoint is inline and valid.
+        let newest = client
+            .prepare_cached(&self.sql().newest)
+            .await
+            .map_err(|e| pg("latest: prepare", e))?;
+        let Some(r) = client
+            .query_opt(&newest, &[&job.as_str()])
+            .await
+            .map_err(|e| pg("latest", e))?
+        else {
+            return Ok(Latest::default());
+        };
+        let row = meta_row(job, &r)?;
+        if row.storage == Storage::Inline {
+            let data: Option<&[u8]> = r.try_get(8).map_err(|e| pg("latest: data", e))?;
+            if let Ok(checkpoint) = self.read_inline(&row, data) {
+                return Ok(Latest {
+                    checkpoint: Some(StoredCheckpoint {
+                        meta: row.meta,
+                        checkpoint,
+                    }),
+                    skipped: Vec::new(),
+                });
+            }
+        }
+        drop(r);
+
+        // Otherwise all of the job's checkpoints, newest first, in one snapshot, skipping
+        // corrupt ones.
+        let list = client
+            .prepare_cached(&self.sql().list_desc)
+            .await
+            .map_err(|e| pg("latest: prepare", e))?;
         let tx = Self::begin_read(&mut client).await?;
         let rows = tx
-            .query(&self.sql().list_desc, &[&job.as_str()])
+            .query(&list, &[&job.as_str()])
             .await
             .map_err(|e| pg("latest: list", e))?;
         let mut latest = Latest::default();
         for r in &rows {
-            let row = match meta_row(job, r) {
-                Ok(row) => row,
-                Err(e) => return Err(e),
-            };
-            let inline: Option<Vec<u8>> = r.try_get(8).map_err(|e| pg("latest: data", e))?;
+            let row = meta_row(job, r)?;
+            let inline: Option<&[u8]> = r.try_get(8).map_err(|e| pg("latest: data", e))?;
             match self.read(&tx, &row, inline).await {
                 Ok(checkpoint) => {
                     latest.checkpoint = Some(StoredCheckpoint {
@@ -847,18 +950,40 @@ impl CheckpointStore for PgCheckpointStore {
         id: CheckpointId,
     ) -> Result<StoredCheckpoint, CheckpointError> {
         let db = db_id(id)?;
+        let not_found = || CheckpointError::NotFound {
+            job: job.clone(),
+            what: NotFound::Checkpoint(id),
+        };
         let mut client = self.client().await?;
-        let tx = Self::begin_read(&mut client).await?;
-        let r = tx
-            .query_opt(&self.sql().get, &[&job.as_str(), &db])
+        let get = client
+            .prepare_cached(&self.sql().get)
+            .await
+            .map_err(|e| pg("load: prepare", e))?;
+        // An inline checkpoint is one statement, so one consistent read by itself.
+        let r = client
+            .query_opt(&get, &[&job.as_str(), &db])
             .await
             .map_err(|e| pg("load", e))?
-            .ok_or_else(|| CheckpointError::NotFound {
-                job: job.clone(),
-                what: NotFound::Checkpoint(id),
-            })?;
+            .ok_or_else(not_found)?;
         let row = meta_row(job, &r)?;
-        let inline: Option<Vec<u8>> = r.try_get(8).map_err(|e| pg("load: data", e))?;
+        if row.storage == Storage::Inline {
+            let data: Option<&[u8]> = r.try_get(8).map_err(|e| pg("load: data", e))?;
+            let checkpoint = self.read_inline(&row, data)?;
+            return Ok(StoredCheckpoint {
+                meta: row.meta,
+                checkpoint,
+            });
+        }
+        drop(r);
+        // Chunks: the row again and its chunks in one snapshot.
+        let tx = Self::begin_read(&mut client).await?;
+        let r = tx
+            .query_opt(&get, &[&job.as_str(), &db])
+            .await
+            .map_err(|e| pg("load", e))?
+            .ok_or_else(not_found)?;
+        let row = meta_row(job, &r)?;
+        let inline: Option<&[u8]> = r.try_get(8).map_err(|e| pg("load: data", e))?;
         let checkpoint = self.read(&tx, &row, inline).await?;
         tx.commit().await.map_err(|e| pg("load: end", e))?;
         Ok(StoredCheckpoint {
@@ -869,8 +994,12 @@ impl CheckpointStore for PgCheckpointStore {
 
     async fn list(&self, job: &JobName) -> Result<Vec<CheckpointMeta>, CheckpointError> {
         let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&self.sql().list)
+            .await
+            .map_err(|e| pg("list: prepare", e))?;
         let rows = client
-            .query(&self.sql().list, &[&job.as_str()])
+            .query(&stmt, &[&job.as_str()])
             .await
             .map_err(|e| pg("list", e))?;
         rows.iter()
@@ -882,8 +1011,12 @@ impl CheckpointStore for PgCheckpointStore {
         let db = db_id(id)?;
         let epoch = i64::try_from(lease.epoch().0).unwrap_or(i64::MAX);
         let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&self.sql().delete)
+            .await
+            .map_err(|e| pg("delete: prepare", e))?;
         let r = client
-            .query_one(&self.sql().delete, &[&lease.job().as_str(), &db, &epoch])
+            .query_one(&stmt, &[&lease.job().as_str(), &db, &epoch])
             .await
             .map_err(|e| pg("delete", e))?;
         let (current, deleted) = lease_and_count(&r)?;
@@ -901,8 +1034,12 @@ impl CheckpointStore for PgCheckpointStore {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
         let epoch = i64::try_from(lease.epoch().0).unwrap_or(i64::MAX);
         let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&self.sql().retain)
+            .await
+            .map_err(|e| pg("retain: prepare", e))?;
         let r = client
-            .query_one(&self.sql().retain, &[&lease.job().as_str(), &keep, &epoch])
+            .query_one(&stmt, &[&lease.job().as_str(), &keep, &epoch])
             .await
             .map_err(|e| pg("retain", e))?;
         let (current, deleted) = lease_and_count(&r)?;

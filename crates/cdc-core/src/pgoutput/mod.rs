@@ -9,6 +9,7 @@
 
 mod message;
 mod tuple;
+pub(crate) mod write;
 
 use crate::error::{DecodeError, UnsupportedProtocolVersion};
 

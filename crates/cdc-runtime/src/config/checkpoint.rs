@@ -44,9 +44,9 @@ pub struct CheckpointConfig {
     #[serde(default = "default_keep")]
     pub keep: usize,
     /// Encoded checkpoints up to this many bytes are stored inline in their
-    /// row; bigger ones in chunks (default 1 MiB).
-    #[serde(default = "default_inline_threshold")]
-    pub inline_threshold: usize,
+    /// row; bigger ones in chunks (default: the store's, 2 MiB).
+    #[serde(default)]
+    pub inline_threshold: Option<usize>,
     /// How far the slot may be confirmed: `oldest` retained checkpoint
     /// (default) or `newest`.
     #[serde(default)]
@@ -67,9 +67,6 @@ fn default_interval_ms() -> u64 {
 }
 fn default_keep() -> usize {
     DEFAULT_KEEP
-}
-fn default_inline_threshold() -> usize {
-    1 << 20
 }
 
 /// `checkpoint.confirm`.

@@ -34,7 +34,7 @@ use crate::setup::{prepare, SetupError, SetupMode};
 use crate::sinks::open_sink;
 
 pub use lock::{JobLock, LockError};
-pub use store::{open_store, store_connection_config};
+pub use store::{open_store, store_connection};
 
 /// Options of [`run`] beyond the configuration file.
 #[derive(Debug, Clone, Default)]
@@ -138,6 +138,9 @@ pub async fn run(
     po.start_lsn = config.start_lsn()?;
     po.batch_size = config.pipeline.batch_size;
     po.byte_budget = config.pipeline.byte_budget;
+    if let Some(dir) = &config.pipeline.spill_dir {
+        po.spill_dir = dir.clone();
+    }
     po.status_interval = config.status_interval();
     po.channel_capacity = config.pipeline.channel_capacity;
 

@@ -39,14 +39,9 @@ pub enum PipelineError {
     /// No sinks were configured.
     #[error("the pipeline has no sinks")]
     NoSinks,
-    /// Streamed in-progress transactions need more memory than allowed.
-    #[error("streamed in-progress transactions hold {buffered} bytes, more than pipeline.byte_budget = {budget}; raise pipeline.byte_budget (spilling to disk is not implemented)")]
-    ByteBudgetExceeded {
-        /// The budget.
-        budget: usize,
-        /// What was buffered.
-        buffered: usize,
-    },
+    /// A streamed transaction could not be spilled to disk or read back.
+    #[error("{0}")]
+    Spill(#[from] super::SpillError),
     /// Transient errors persisted through every reconnect attempt.
     #[error("giving up after {attempts} reconnect attempts: {last}")]
     RetriesExhausted {

@@ -49,17 +49,28 @@
 //! Transient errors of the replication connection (I/O, the walsender being
 //! terminated, the server restarting) reconnect with exponential backoff and
 //! jitter and resume from the confirmed position. Everything else (decode or
-//! protocol errors, sink errors, the byte budget, authentication, missing
+//! protocol errors, sink errors, spill file errors, authentication, missing
 //! slot or publication) stops the pipeline with a [`PipelineError`].
 //!
-//! Streamed in-progress transactions are buffered in memory up to
-//! `byte_budget`; past it the pipeline stops with
-//! [`PipelineError::ByteBudgetExceeded`] (spilling to disk is not implemented).
+//! # Memory
+//!
+//! Plain transactions are passed on as they arrive, in batches of
+//! `batch_size` events, so they take no more memory however large they are.
+//! Streamed in-progress transactions (pgoutput v2+: the server streams a
+//! transaction once it outgrows its `logical_decoding_work_mem`) must be held
+//! until Stream Commit. They are held in memory up to `byte_budget` bytes in
+//! total; past it the largest one is spilled to a temporary file in
+//! `spill_dir` and its later changes are appended there. At Stream Commit a
+//! spilled transaction is read back one record at a time and shipped in
+//! batches; at Stream Abort its file is deleted. A rolled-back
+//! subtransaction's changes are skipped on replay. See the `spill` module.
 
 mod error;
 mod sink_task;
+mod spill;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -68,6 +79,7 @@ use cdc_core::{
     Decoder, Lsn, PgTimestamp, ReplicationMessage, StandbyStatusUpdate, TxnAssembler, TxnEvent,
 };
 use checkpoint_api::{ProtocolOptions, StreamingMode};
+use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 
@@ -81,6 +93,8 @@ use crate::sinks::{Sink, SinkError};
 
 pub use error::PipelineError;
 use sink_task::{run_sink, Batch};
+pub use spill::SpillError;
+use spill::Spiller;
 
 /// How reconnects are paced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,8 +150,11 @@ pub struct PipelineOptions {
     pub start_lsn: Option<Lsn>,
     /// Change events per batch.
     pub batch_size: usize,
-    /// Bytes of streamed in-progress transactions held before failing.
+    /// Bytes of streamed in-progress transactions held in memory; past it
+    /// the largest is spilled to a file in `spill_dir`.
     pub byte_budget: usize,
+    /// Where spill files go.
+    pub spill_dir: PathBuf,
     /// Interval between standby status updates.
     pub status_interval: Duration,
     /// Batches buffered per sink.
@@ -149,8 +166,9 @@ pub struct PipelineOptions {
 }
 
 impl PipelineOptions {
-    /// Options with the defaults (batch 1000, 64 MiB budget, 10 s status
-    /// interval, 4 batches per sink channel, 90 s receive timeout).
+    /// Options with the defaults (batch 1000, 64 MiB budget, spill files in
+    /// the system temporary directory, 10 s status interval, 4 batches per
+    /// sink channel, 90 s receive timeout).
     pub fn new(
         replication: ReplicationConfig,
         slot: impl Into<String>,
@@ -163,6 +181,7 @@ impl PipelineOptions {
             start_lsn: None,
             batch_size: crate::config::DEFAULT_BATCH_SIZE,
             byte_budget: crate::config::DEFAULT_BYTE_BUDGET,
+            spill_dir: std::env::temp_dir(),
             status_interval: crate::config::DEFAULT_STATUS_INTERVAL,
             channel_capacity: 4,
             receive_timeout: Some(Duration::from_secs(90)),
@@ -425,6 +444,11 @@ impl Pipeline {
             processed: start.unwrap_or(Lsn::INVALID),
             idle_position: Lsn::INVALID,
             skipping: false,
+            spill: Spiller::new(
+                options.spill_dir.clone(),
+                &options.slot,
+                options.byte_budget,
+            ),
         };
         tokio::pin!(shutdown);
         let mut attempt = 0u32;
@@ -534,6 +558,7 @@ struct Source<'o> {
     idle_position: Lsn,
     /// Inside a transaction that ended at or before `processed`.
     skipping: bool,
+    spill: Spiller,
 }
 
 impl Source<'_> {
@@ -624,7 +649,7 @@ impl Source<'_> {
                         stream.finish().await?;
                         return Err(ReplicationError::StreamEnded.into());
                     };
-                    self.handle(shared, &mut stream, &mut decoder, &payload).await?;
+                    self.handle(shared, &mut stream, &mut ticker, &mut decoder, &payload).await?;
                     if self.pending.events.len() >= opts.batch_size {
                         self.ship(shared, &mut stream, &mut ticker).await?;
                     }
@@ -641,11 +666,13 @@ impl Source<'_> {
         &mut self,
         shared: &mut Shared,
         stream: &mut ReplicationStream,
+        ticker: &mut tokio::time::Interval,
         decoder: &mut Decoder,
         payload: &[u8],
     ) -> Result<(), PipelineError> {
         match ReplicationMessage::parse(payload)? {
             ReplicationMessage::PrimaryKeepalive(k) => {
+                tracing::trace!(slot = %self.options.slot, wal_end = %k.wal_end, reply = k.reply_requested, open = ?self.converter.open_transaction(), "keepalive");
                 // Between transactions everything before the server's
                 // position has been sent: a checkpoint may record it.
                 if self.converter.open_transaction().is_none()
@@ -660,6 +687,7 @@ impl Source<'_> {
                 }
             }
             ReplicationMessage::XLogData(x) => {
+                tracing::trace!(slot = %self.options.slot, wal_start = %x.wal_start, wal_end = %x.wal_end, "xlogdata");
                 if x.wal_start > shared.received {
                     shared.received = x.wal_start;
                 }
@@ -670,15 +698,27 @@ impl Source<'_> {
                 if let Some(event) = self.assembler.handle_message(msg)? {
                     self.convert(shared, &event, x.wal_start)?;
                 }
-                while let Some(event) = self.assembler.poll_event() {
-                    self.convert(shared, &event, x.wal_start)?;
-                }
-                let buffered = self.assembler.buffered_bytes();
-                if buffered > self.options.byte_budget {
-                    return Err(PipelineError::ByteBudgetExceeded {
-                        budget: self.options.byte_budget,
-                        buffered,
-                    });
+                // Spill past the byte budget; ship released and replayed
+                // transactions batch by batch.
+                loop {
+                    self.spill.after_message(&mut self.assembler).await?;
+                    while let Some(event) = self.assembler.poll_event() {
+                        self.convert(shared, &event, x.wal_start)?;
+                        self.ship_full(shared, stream, ticker).await?;
+                    }
+                    let Some(mut replay) = self.assembler.poll_replay() else {
+                        break;
+                    };
+                    let mut file = self.spill.reader(replay.xid()).await?;
+                    while let Some(record) = file.next().await? {
+                        match replay.record(record) {
+                            Ok(Some(event)) => self.convert(shared, &event, x.wal_start)?,
+                            Ok(None) => {}
+                            Err(e) => return Err(file.corrupt(e).into()),
+                        }
+                        self.ship_full(shared, stream, ticker).await?;
+                    }
+                    replay.finish().map_err(|e| file.corrupt(e))?;
                 }
             }
         }
@@ -789,6 +829,7 @@ impl Source<'_> {
         }
         self.pending.events.truncate(self.pending.committed);
         self.assembler.reset();
+        self.spill.clear();
         self.converter.reset();
         self.skipping = false;
     }
@@ -803,6 +844,25 @@ impl Source<'_> {
             self.processed.max(self.idle_position)
         };
         (!position.is_invalid()).then_some(position)
+    }
+
+    /// Ships the pending batch once it is full; sends a status update when
+    /// one is due even if the sinks keep up (a long replay does not read
+    /// the socket, and the server must still hear from us).
+    async fn ship_full(
+        &mut self,
+        shared: &mut Shared,
+        stream: &mut ReplicationStream,
+        ticker: &mut tokio::time::Interval,
+    ) -> Result<(), PipelineError> {
+        if self.pending.events.len() < self.options.batch_size {
+            return Ok(());
+        }
+        self.ship(shared, stream, ticker).await?;
+        if ticker.tick().now_or_never().is_some() {
+            shared.send_status(stream).await?;
+        }
+        Ok(())
     }
 
     /// Sends the pending batch to every sink, waiting for channel space

@@ -52,13 +52,13 @@
 //! slot or publication, TLS required but not offered, invalid settings).
 
 mod auth;
-mod channel_binding;
+pub(crate) mod channel_binding;
 mod command;
 mod config;
 mod connection;
 mod error;
 mod stream;
-mod tls;
+pub(crate) mod tls;
 mod transport;
 mod wire;
 

@@ -148,6 +148,12 @@ pub enum SinkError {
     /// The sink was closed.
     #[error("the sink is closed")]
     Closed,
+    /// The target connection string cannot be used.
+    #[error("target connection settings: {0}")]
+    Config(#[from] crate::replication::ConfigError),
+    /// The TLS settings of the target connection cannot be used.
+    #[error("target connection: {0}")]
+    Tls(#[from] crate::replication::TlsError),
 }
 
 impl SinkError {

@@ -7,9 +7,11 @@ use std::fmt::Write as _;
 use bytes::BytesMut;
 use cdc_core::{Array, Value};
 use tokio_postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
 use crate::event::{ChangeEvent, Operation, TableSchema};
+use crate::replication::ReplicationConfig;
+use crate::tls_connect::PgClientSettings;
 
 use super::{Sink, SinkError};
 
@@ -139,10 +141,22 @@ impl PgTableSink {
         Ok(())
     }
 
-    /// Connects without TLS (`config` in libpq key=value or URL form) and
-    /// drives the connection on a spawned tokio task.
+    /// Connects (`config` in libpq `key=value` or URL form, with the keys and
+    /// the TLS meanings of the replication connection: `sslmode` up to
+    /// `verify-full`, `sslrootcert`; see [`crate::tls_connect`]) and drives the
+    /// connection on a spawned tokio task.
     pub async fn connect(config: &str, options: PgTableSinkOptions) -> Result<Self, SinkError> {
-        let (client, connection) = tokio_postgres::connect(config, NoTls).await?;
+        let config: ReplicationConfig = config.parse()?;
+        Self::connect_with(&config, options).await
+    }
+
+    /// Connects with `config` (see [`PgTableSink::connect`]).
+    pub async fn connect_with(
+        config: &ReplicationConfig,
+        options: PgTableSinkOptions,
+    ) -> Result<Self, SinkError> {
+        let settings = PgClientSettings::new(config)?;
+        let (client, connection) = settings.config.connect(settings.tls).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "target database connection ended");

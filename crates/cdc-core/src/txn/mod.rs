@@ -13,6 +13,12 @@
 //!  Commit Prepared / Rollback Prepared     ──▶ one event each
 //! ```
 //!
+//! A streamed transaction can be moved out of memory with
+//! [`TxnAssembler::spill`]: its changes then go to the caller as encoded
+//! records ([`TxnAssembler::poll_spill`]) and come back at Stream Commit
+//! through a [`SpillReplay`] ([`TxnAssembler::poll_replay`]); see
+//! [`crate::spill`].
+//!
 //! The common, non-streamed path copies nothing: when no events are queued,
 //! `handle_message` returns the event for the message directly, borrowing
 //! from the input buffer. Only streamed transactions (which must outlive many
@@ -27,7 +33,12 @@ use crate::pgoutput::{
     Relation, RollbackPrepared, Truncate, Update,
 };
 use crate::relcache::RelationCache;
+use crate::spill::SpillReplay;
+
+mod spilling;
+
 use crate::{Lsn, Oid, PgTimestamp, Xid};
+use spilling::{PendingSpill, SpillWriter};
 
 /// How a transaction reached the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -175,15 +186,47 @@ struct StreamedTxn {
     changes: Vec<(Xid, Change<'static>)>,
     /// Approximate heap and inline bytes held by `changes`.
     bytes: usize,
+    /// Set once the transaction is spilled; `changes` is then empty.
+    spill: Option<Box<SpillWriter>>,
+}
+
+impl StreamedTxn {
+    /// Bytes of changes held in memory (buffered, or waiting to be encoded).
+    fn memory(&self) -> usize {
+        self.bytes + self.spill.as_ref().map_or(0, |w| w.backlog_bytes)
+    }
+}
+
+/// An entry of the output queue.
+#[derive(Debug)]
+enum Queued {
+    Event(TxnEvent<'static>),
+    /// The changes of a streamed transaction released from memory, handed
+    /// out one by one (no second copy of the buffer).
+    Changes(std::vec::IntoIter<(Xid, Change<'static>)>),
+    /// A spilled transaction to replay before the events behind it.
+    Replay(Box<SpillReplay>),
 }
 
 /// Groups pgoutput messages into transactions and enforces their order.
 ///
 /// Feed every decoded message to [`handle_message`](Self::handle_message),
-/// deliver the event it returns (if any), then drain
-/// [`poll_event`](Self::poll_event) before the next message. Relation and Type
-/// messages update the [`RelationCache`] it holds; row changes for relations
-/// it has not seen are a [`ProtocolError::UnknownRelation`].
+/// deliver the event it returns (if any), then drain the outputs before the
+/// next message:
+///
+/// ```text
+/// loop {
+///     while let Some(op) = poll_spill(&mut buf) { append `buf` to / delete the file; buf.clear() }
+///     while let Some(event) = poll_event() { deliver event }
+///     let Some(replay) = poll_replay() else { break };
+///     read the file of replay.xid(), deliver replay.record(..) for each record, replay.finish()
+/// }
+/// ```
+///
+/// `poll_spill` and `poll_replay` only have work once the caller spilled a
+/// transaction. Relation and Type messages update the [`RelationCache`] it
+/// holds; row changes for relations it has not seen are a
+/// [`ProtocolError::UnknownRelation`].
 ///
 /// On any error the state is unchanged; the caller should treat the stream as
 /// broken and reconnect (then call [`reset`](Self::reset)).
@@ -198,7 +241,8 @@ struct StreamedTxn {
 ///   Rollback Prepared (those may arrive after a restart); they are passed
 ///   through as events.
 /// * Streamed transactions are buffered in memory until Stream Commit, Stream
-///   Prepare or Stream Abort; see [`buffered_bytes`](Self::buffered_bytes).
+///   Prepare or Stream Abort, unless the caller [spills](Self::spill) them;
+///   see [`buffered_bytes`](Self::buffered_bytes).
 /// * Subtransaction aborts drop the changes tagged with that subxid, as the
 ///   docs describe; the xid tag comes from the change messages themselves.
 #[derive(Debug, Default)]
@@ -208,7 +252,11 @@ pub struct TxnAssembler {
     /// The top-level xid of the open Stream Start .. Stream Stop block.
     stream: Option<Xid>,
     streamed: HashMap<Xid, StreamedTxn>,
-    queue: VecDeque<TxnEvent<'static>>,
+    queue: VecDeque<Queued>,
+    /// Spill work of transactions that ended, in order.
+    pending_spill: VecDeque<PendingSpill>,
+    /// Spilled transactions in progress.
+    spilled: usize,
 }
 
 impl TxnAssembler {
@@ -237,35 +285,60 @@ impl TxnAssembler {
         self.streamed.len()
     }
 
-    /// The number of changes buffered for streamed transactions.
+    /// The number of changes held in memory for streamed transactions
+    /// (buffered, or of spilled ones waiting to be encoded).
     pub fn buffered_changes(&self) -> usize {
-        self.streamed.values().map(|t| t.changes.len()).sum()
+        self.streamed
+            .values()
+            .map(|t| t.changes.len() + t.spill.as_ref().map_or(0, |w| w.backlog.len()))
+            .sum()
     }
 
-    /// Approximately how many bytes the buffered streamed changes take.
+    /// Approximately how many bytes the streamed changes held in memory
+    /// take (see [`buffered_changes`](Self::buffered_changes)).
     ///
     /// Streamed transactions are the ones too big for the server's
     /// `logical_decoding_work_mem`; they are held in memory until they end, so
-    /// callers should watch this and stop (or spill) past their own limit.
+    /// callers should watch this and [`spill`](Self::spill) past their own
+    /// limit. Encoded spill output not yet taken with
+    /// [`poll_spill`](Self::poll_spill) is not counted.
     pub fn buffered_bytes(&self) -> usize {
-        self.streamed.values().map(|t| t.bytes).sum()
+        self.streamed.values().map(StreamedTxn::memory).sum()
     }
 
-    /// Forgets open transactions, stream blocks, buffered streamed
-    /// transactions and queued events (after a reconnect); keeps the relation
-    /// cache.
+    /// Forgets open transactions, stream blocks, buffered and spilled
+    /// streamed transactions, pending spill work and queued events (after a
+    /// reconnect); keeps the relation cache. The caller deletes any spill
+    /// files it holds.
     pub fn reset(&mut self) {
         self.open = None;
         self.stream = None;
         self.streamed.clear();
         self.queue.clear();
+        self.pending_spill.clear();
+        self.spilled = 0;
     }
 
     /// The next queued event (from a streamed transaction, or events queued
-    /// because the previous ones were not drained yet).
+    /// because the previous ones were not drained yet). `None` also when a
+    /// [`poll_replay`](Self::poll_replay) must come first.
     #[inline]
     pub fn poll_event(&mut self) -> Option<TxnEvent<'static>> {
-        self.queue.pop_front()
+        loop {
+            match self.queue.front_mut()? {
+                Queued::Event(_) => match self.queue.pop_front() {
+                    Some(Queued::Event(event)) => return Some(event),
+                    _ => return None,
+                },
+                Queued::Changes(changes) => match changes.next() {
+                    Some((_, change)) => return Some(TxnEvent::Change(change)),
+                    None => {
+                        self.queue.pop_front();
+                    }
+                },
+                Queued::Replay(_) => return None,
+            }
+        }
     }
 
     /// Emits `event`: directly when nothing is queued, else behind the queue.
@@ -274,7 +347,7 @@ impl TxnAssembler {
         if self.queue.is_empty() {
             Some(event)
         } else {
-            self.queue.push_back(event.into_owned());
+            self.queue.push_back(Queued::Event(event.into_owned()));
             None
         }
     }
@@ -491,9 +564,14 @@ impl TxnAssembler {
                 self.not_in_stream("Stream Abort")?;
                 self.not_in_txn("Stream Abort")?;
                 if a.xid == a.subxid {
-                    self.streamed
+                    let txn = self
+                        .streamed
                         .remove(&a.xid)
                         .ok_or(ProtocolError::UnknownStreamedTransaction { xid: a.xid })?;
+                    if txn.spill.is_some() {
+                        self.spilled = self.spilled.saturating_sub(1);
+                        self.pending_spill.push_back(PendingSpill::Discard(a.xid));
+                    }
                 } else {
                     let txn = self
                         .streamed
@@ -501,6 +579,11 @@ impl TxnAssembler {
                         .ok_or(ProtocolError::UnknownStreamedTransaction { xid: a.xid })?;
                     txn.changes.retain(|(sub, _)| *sub != a.subxid);
                     txn.bytes = txn.changes.iter().map(|(_, c)| c.approx_size()).sum();
+                    if let Some(w) = txn.spill.as_mut() {
+                        // Records keep their numbers: the backlog is written
+                        // whole and the replay skips the subtransaction.
+                        w.state.abort_subtransaction(a.subxid);
+                    }
                 }
                 Ok(None)
             }
@@ -587,9 +670,21 @@ impl TxnAssembler {
                 .streamed
                 .get_mut(&top)
                 .ok_or(ProtocolError::UnknownStreamedTransaction { xid: top })?;
+            let subxid = xid.unwrap_or(top);
+            if let Some(w) = txn.spill.as_mut() {
+                w.state.assign();
+                if w.backlog.is_empty() {
+                    w.state.encode(subxid, &change, &mut w.out);
+                } else {
+                    let change = change.into_owned();
+                    w.backlog_bytes += change.approx_size();
+                    w.backlog.push_back((subxid, change));
+                }
+                return Ok(None);
+            }
             let change = change.into_owned();
             txn.bytes += change.approx_size();
-            txn.changes.push((xid.unwrap_or(top), change));
+            txn.changes.push((subxid, change));
             return Ok(None);
         }
         if self.open.is_none() {
@@ -598,14 +693,25 @@ impl TxnAssembler {
         Ok(self.emit(TxnEvent::Change(change)))
     }
 
+    /// Queues a streamed transaction that committed or prepared: its
+    /// buffered changes, or the replay of its spill file.
     fn release(&mut self, begin: TxnBegin, txn: StreamedTxn, end: TxnEvent<'static>) {
-        self.queue.reserve(txn.changes.len() + 2);
-        self.queue.push_back(TxnEvent::Begin(begin));
-        self.queue.extend(
-            txn.changes
-                .into_iter()
-                .map(|(_, change)| TxnEvent::Change(change)),
-        );
-        self.queue.push_back(end);
+        let StreamedTxn { changes, spill, .. } = txn;
+        self.queue.push_back(Queued::Event(TxnEvent::Begin(begin)));
+        if let Some(mut writer) = spill {
+            self.spilled = self.spilled.saturating_sub(1);
+            writer.encode_backlog(usize::MAX);
+            if !writer.out.is_empty() {
+                self.pending_spill
+                    .push_back(PendingSpill::Tail(begin.xid, writer.out));
+            }
+            self.queue.push_back(Queued::Replay(Box::new(
+                writer.state.into_replay(begin.xid),
+            )));
+        }
+        if !changes.is_empty() {
+            self.queue.push_back(Queued::Changes(changes.into_iter()));
+        }
+        self.queue.push_back(Queued::Event(end));
     }
 }

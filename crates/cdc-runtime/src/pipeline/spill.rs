@@ -1,0 +1,532 @@
+//! Spill files: streamed in-progress transactions that outgrow
+//! `pipeline.byte_budget` move from memory to a temporary file and are read
+//! back at Stream Commit.
+//!
+//! The encoding, the bookkeeping of subtransaction aborts and the replay are
+//! cdc-core's ([`cdc_core::spill`]); this module only stores bytes. After
+//! every message the pipeline calls [`Spiller::after_message`]: while the
+//! assembler holds more than the budget it spills the largest transaction
+//! still in memory, then appends whatever spill output is pending. At Stream
+//! Commit (or Stream Prepare) [`Spiller::reader`] streams the file back one
+//! record at a time.
+//!
+//! Files live in `pipeline.spill_dir` (default: the system temporary
+//! directory) and are named `pgcdc-spill-<slot>-<xid>-<n>.spill`. A file is
+//! removed when its transaction is replayed or aborted, when the pipeline
+//! reconnects or stops (on drop), and at startup for leftovers of the same
+//! slot from a process that died. Each file stays open from creation to
+//! replay, so a file unlinked by another process under the same name does
+//! not break this one (on Unix).
+
+use std::collections::HashMap;
+use std::io::SeekFrom;
+use std::path::{Path, PathBuf};
+
+use cdc_core::spill::{frame_len, SpillOp, SpillRecordError, FRAME_HEADER_LEN};
+use cdc_core::{TxnAssembler, Xid};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt, BufReader, BufWriter};
+
+/// Buffer size for writing and reading spill files.
+const IO_BUFFER: usize = 256 * 1024;
+
+/// A spill file could not be written or read back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpillError {
+    /// Creating, writing, reading or seeking a spill file failed.
+    #[error("spill file {}: {source} (pipeline.spill_dir needs room for streamed transactions larger than pipeline.byte_budget)", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A spill file ended in the middle of a record.
+    #[error("spill file {} ends inside a record", path.display())]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A record read back is not what was written.
+    #[error("spill file {}: {source}", path.display())]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: SpillRecordError,
+    },
+    /// Spill output for a transaction without a file (a bug).
+    #[error("spill output for transaction {xid}, which has no spill file")]
+    NoFile {
+        /// The transaction.
+        xid: Xid,
+    },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> SpillError + '_ {
+    move |source| SpillError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The file name prefix of one slot's spill files. Slot names are lower-case
+/// letters, digits and underscores; anything else is escaped so that the
+/// prefix of one slot is never the prefix of another's.
+fn file_prefix(slot: &str) -> String {
+    let mut prefix = String::from("pgcdc-spill-");
+    for c in slot.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            prefix.push(c);
+        } else {
+            for b in c.to_string().bytes() {
+                prefix.push_str(&format!("%{b:02x}"));
+            }
+        }
+    }
+    prefix.push('-');
+    prefix
+}
+
+const SUFFIX: &str = ".spill";
+
+/// Removes `path`, logging (not failing) if that does not work.
+fn remove(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::debug!(path = %path.display(), "removed spill file"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove spill file"),
+    }
+}
+
+/// A path removed on drop.
+#[derive(Debug)]
+struct Removal(PathBuf);
+
+impl Drop for Removal {
+    fn drop(&mut self) {
+        remove(&self.0);
+    }
+}
+
+/// One spilled transaction's file, open for appending; removed on drop.
+#[derive(Debug)]
+struct SpillFile {
+    // Declared before `path`: closed before it is removed.
+    writer: BufWriter<tokio::fs::File>,
+    path: Removal,
+    bytes: u64,
+}
+
+/// The spill files of one pipeline.
+#[derive(Debug)]
+pub(crate) struct Spiller {
+    dir: PathBuf,
+    prefix: String,
+    budget: usize,
+    files: HashMap<Xid, SpillFile>,
+    buf: Vec<u8>,
+    created: u64,
+}
+
+impl Spiller {
+    /// Spill files of `slot` in `dir`, spilling past `budget` bytes. Removes
+    /// leftover files of the same slot (best effort: failures are logged).
+    pub(crate) fn new(dir: PathBuf, slot: &str, budget: usize) -> Self {
+        let prefix = file_prefix(slot);
+        match std::fs::read_dir(&dir) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    let name = entry.file_name();
+                    let Some(name) = name.to_str() else { continue };
+                    if name.starts_with(&prefix) && name.ends_with(SUFFIX) {
+                        tracing::info!(path = %entry.path().display(), "removing a leftover spill file");
+                        remove(&entry.path());
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot list the spill directory")
+            }
+        }
+        Spiller {
+            dir,
+            prefix,
+            budget,
+            files: HashMap::new(),
+            buf: Vec::new(),
+            created: 0,
+        }
+    }
+
+    /// Spilled transactions whose file is open.
+    #[cfg(test)]
+    fn open_files(&self) -> usize {
+        self.files.len()
+    }
+
+    /// After each message: spills the largest in-memory streamed
+    /// transactions while the assembler holds more than the budget, then
+    /// writes all pending spill output and deletes the files of aborted
+    /// transactions.
+    pub(crate) async fn after_message(
+        &mut self,
+        assembler: &mut TxnAssembler,
+    ) -> Result<(), SpillError> {
+        while assembler.buffered_bytes() > self.budget {
+            let Some((xid, bytes)) = assembler.largest_unspilled() else {
+                break;
+            };
+            let file = self.create(xid).await?;
+            tracing::info!(xid, bytes, budget = self.budget, path = %file.path.0.display(),
+                "streamed transaction over pipeline.byte_budget; spilling it to disk");
+            self.files.insert(xid, file);
+            assembler.spill(xid);
+            self.write_pending(assembler).await?;
+        }
+        self.write_pending(assembler).await
+    }
+
+    async fn create(&mut self, xid: Xid) -> Result<SpillFile, SpillError> {
+        tokio::fs::create_dir_all(&self.dir)
+            .await
+            .map_err(io_error(&self.dir))?;
+        self.created += 1;
+        let path = self
+            .dir
+            .join(format!("{}{xid}-{}{SUFFIX}", self.prefix, self.created));
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .await
+            .map_err(io_error(&path))?;
+        Ok(SpillFile {
+            writer: BufWriter::with_capacity(IO_BUFFER, file),
+            path: Removal(path),
+            bytes: 0,
+        })
+    }
+
+    async fn write_pending(&mut self, assembler: &mut TxnAssembler) -> Result<(), SpillError> {
+        while let Some(op) = assembler.poll_spill(&mut self.buf) {
+            match op {
+                SpillOp::Append { xid } => {
+                    let file = self.files.get_mut(&xid).ok_or(SpillError::NoFile { xid })?;
+                    file.writer
+                        .write_all(&self.buf)
+                        .await
+                        .map_err(io_error(&file.path.0))?;
+                    file.bytes += self.buf.len() as u64;
+                }
+                SpillOp::Discard { xid } => {
+                    if let Some(file) = self.files.remove(&xid) {
+                        tracing::debug!(xid, bytes = file.bytes, "spilled transaction aborted");
+                    }
+                }
+            }
+            self.buf.clear();
+        }
+        // Keep the buffer small between messages (it grows to a backlog
+        // chunk while a transaction is first spilled).
+        if self.buf.capacity() > IO_BUFFER {
+            self.buf = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// The file of spilled transaction `xid`, complete, from its start.
+    /// The file is removed when the reader is dropped.
+    pub(crate) async fn reader(&mut self, xid: Xid) -> Result<SpillReader, SpillError> {
+        let SpillFile {
+            mut writer,
+            path,
+            bytes,
+        } = self.files.remove(&xid).ok_or(SpillError::NoFile { xid })?;
+        writer.flush().await.map_err(io_error(&path.0))?;
+        let mut file = writer.into_inner();
+        file.seek(SeekFrom::Start(0))
+            .await
+            .map_err(io_error(&path.0))?;
+        tracing::debug!(xid, bytes, "replaying a spilled transaction");
+        Ok(SpillReader {
+            reader: BufReader::with_capacity(IO_BUFFER, file),
+            path,
+            body: Vec::new(),
+        })
+    }
+
+    /// Deletes every spill file (the assembler was reset).
+    pub(crate) fn clear(&mut self) {
+        self.files.clear();
+    }
+}
+
+/// Reads a spill file back one record at a time; removes it on drop.
+#[derive(Debug)]
+pub(crate) struct SpillReader {
+    // Declared before `path`: closed before it is removed.
+    reader: BufReader<tokio::fs::File>,
+    path: Removal,
+    body: Vec<u8>,
+}
+
+impl SpillReader {
+    /// The next record's body, or `None` at the end of the file.
+    pub(crate) async fn next(&mut self) -> Result<Option<&[u8]>, SpillError> {
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        let mut got = 0;
+        while got < FRAME_HEADER_LEN {
+            let n = self
+                .reader
+                .read(&mut header[got..])
+                .await
+                .map_err(io_error(&self.path.0))?;
+            if n == 0 {
+                if got == 0 {
+                    return Ok(None);
+                }
+                return Err(SpillError::Truncated {
+                    path: self.path.0.clone(),
+                });
+            }
+            got += n;
+        }
+        let len = frame_len(header).map_err(|e| self.corrupt(e))?;
+        self.body.clear();
+        self.body.resize(len, 0);
+        match self.reader.read_exact(&mut self.body).await {
+            Ok(_) => Ok(Some(&self.body)),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(SpillError::Truncated {
+                path: self.path.0.clone(),
+            }),
+            Err(e) => Err(io_error(&self.path.0)(e)),
+        }
+    }
+
+    /// `source` as an error about this file.
+    pub(crate) fn corrupt(&self, source: SpillRecordError) -> SpillError {
+        SpillError::Record {
+            path: self.path.0.clone(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use cdc_core::pgoutput::{
+        Column, Insert, LogicalMessage, Relation, ReplicaIdentity, StreamAbort, StreamCommit,
+        StreamStart, TupleData, TupleValue,
+    };
+    use cdc_core::{Lsn, PgTimestamp, TxnEvent};
+
+    const REL: u32 = 16384;
+
+    fn assembler() -> TxnAssembler {
+        let mut asm = TxnAssembler::new();
+        asm.handle_message(LogicalMessage::Relation(Relation {
+            xid: None,
+            oid: REL,
+            namespace: "public".into(),
+            name: "t".into(),
+            replica_identity: ReplicaIdentity::Default,
+            columns: vec![Column {
+                flags: 1,
+                name: "v".into(),
+                type_oid: 25,
+                type_modifier: -1,
+            }],
+        }))
+        .unwrap();
+        asm
+    }
+
+    fn insert(xid: Xid, value: &str) -> LogicalMessage<'static> {
+        LogicalMessage::Insert(Insert {
+            xid: Some(xid),
+            relation: REL,
+            new: TupleData::from_values(&[TupleValue::Text(value.as_bytes())]).unwrap(),
+        })
+    }
+
+    fn start(xid: Xid, first_segment: bool) -> LogicalMessage<'static> {
+        LogicalMessage::StreamStart(StreamStart { xid, first_segment })
+    }
+
+    fn spill_files(dir: &Path) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// Feeds `msgs`, spilling as needed; replays what commits. Returns the
+    /// inserted values of the replayed or released events.
+    async fn feed(
+        spiller: &mut Spiller,
+        asm: &mut TxnAssembler,
+        msgs: Vec<LogicalMessage<'static>>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut push = |e: &TxnEvent<'_>| {
+            if let TxnEvent::Change(cdc_core::Change::Insert(_, i)) = e {
+                if let Some(TupleValue::Text(t)) = i.new.get(0) {
+                    out.push(String::from_utf8(t.to_vec()).unwrap());
+                }
+            }
+        };
+        for m in msgs {
+            if let Some(e) = asm.handle_message(m).unwrap() {
+                push(&e);
+            }
+            loop {
+                spiller.after_message(asm).await.unwrap();
+                while let Some(e) = asm.poll_event() {
+                    push(&e);
+                }
+                let Some(mut replay) = asm.poll_replay() else {
+                    break;
+                };
+                let mut file = spiller.reader(replay.xid()).await.unwrap();
+                while let Some(body) = file.next().await.unwrap() {
+                    if let Some(e) = replay.record(body).unwrap() {
+                        push(&e);
+                    }
+                }
+                replay.finish().unwrap();
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn over_the_budget_a_transaction_goes_to_a_file_and_comes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spiller = Spiller::new(dir.path().join("spill"), "slot_a", 1024);
+        let mut asm = assembler();
+        let values: Vec<String> = (0..200).map(|i| format!("row-{i:04}")).collect();
+        let mut msgs = vec![start(7, true)];
+        msgs.extend(values.iter().map(|v| insert(7, v)));
+        msgs.push(LogicalMessage::StreamStop);
+        assert!(feed(&mut spiller, &mut asm, msgs).await.is_empty());
+        assert!(asm.is_spilled(7));
+        assert!(asm.buffered_bytes() <= 1024);
+        let files = spill_files(&dir.path().join("spill"));
+        assert_eq!(files.len(), 1);
+        let name = files[0].file_name().unwrap().to_str().unwrap().to_owned();
+        assert!(name.starts_with("pgcdc-spill-slot_a-7-"), "{name}");
+        let commit = LogicalMessage::StreamCommit(StreamCommit {
+            xid: 7,
+            flags: 0,
+            commit_lsn: Lsn::from_u64(100),
+            end_lsn: Lsn::from_u64(108),
+            commit_time: PgTimestamp::EPOCH,
+        });
+        assert_eq!(feed(&mut spiller, &mut asm, vec![commit]).await, values);
+        assert!(spill_files(&dir.path().join("spill")).is_empty());
+        assert_eq!(spiller.open_files(), 0);
+    }
+
+    #[tokio::test]
+    async fn abort_reset_drop_and_startup_remove_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spiller = Spiller::new(dir.path().to_owned(), "s", 64);
+        let mut asm = assembler();
+        let mut msgs = vec![start(7, true), insert(7, "a"), insert(7, "b")];
+        msgs.extend([LogicalMessage::StreamStop, start(8, true)]);
+        msgs.extend((0..10).map(|_| insert(8, "c")));
+        msgs.push(LogicalMessage::StreamStop);
+        feed(&mut spiller, &mut asm, msgs).await;
+        assert!(asm.is_spilled(7) && asm.is_spilled(8));
+        assert_eq!(spill_files(dir.path()).len(), 2);
+        // Abort: that file goes.
+        let abort = LogicalMessage::StreamAbort(StreamAbort {
+            xid: 7,
+            subxid: 7,
+            abort_info: None,
+        });
+        feed(&mut spiller, &mut asm, vec![abort]).await;
+        assert_eq!(spill_files(dir.path()).len(), 1);
+        // Reset (reconnect): all go.
+        asm.reset();
+        spiller.clear();
+        assert!(spill_files(dir.path()).is_empty());
+        // Drop: all go.
+        feed(
+            &mut spiller,
+            &mut asm,
+            vec![start(9, true), insert(9, "x"), insert(9, "y")],
+        )
+        .await;
+        assert_eq!(spill_files(dir.path()).len(), 1);
+        drop(spiller);
+        assert!(spill_files(dir.path()).is_empty());
+        // Startup: leftovers of this slot go, other files stay.
+        for name in [
+            "pgcdc-spill-s-5-1.spill",
+            "pgcdc-spill-s_other-5-1.spill",
+            "pgcdc-spill-s-5-1.keep",
+            "unrelated",
+        ] {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        let _spiller = Spiller::new(dir.path().to_owned(), "s", 64);
+        let left: Vec<String> = spill_files(dir.path())
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            left,
+            [
+                "pgcdc-spill-s-5-1.keep",
+                "pgcdc-spill-s_other-5-1.spill",
+                "unrelated"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_truncated_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spiller = Spiller::new(dir.path().to_owned(), "s", 16);
+        let mut asm = assembler();
+        feed(
+            &mut spiller,
+            &mut asm,
+            vec![start(7, true), insert(7, "abc"), insert(7, "def")],
+        )
+        .await;
+        let path = spill_files(dir.path()).remove(0);
+        let mut reader = spiller.reader(7).await.unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 2)
+            .unwrap();
+        assert!(reader.next().await.unwrap().is_some());
+        assert!(matches!(
+            reader.next().await,
+            Err(SpillError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn prefixes_of_different_slots_never_overlap() {
+        assert_eq!(file_prefix("pgcdc_app"), "pgcdc-spill-pgcdc_app-");
+        assert_eq!(file_prefix("a-b"), "pgcdc-spill-a%2db-");
+        assert!(!file_prefix("a_b").starts_with(&file_prefix("a")));
+    }
+}
