@@ -87,6 +87,15 @@
 //! PostgreSQL table sink) the replication connection's rustls TLS and
 //! `sslmode` / `sslrootcert` meanings.
 //!
+//! # Throwaway servers and the quickstart
+//!
+//! [`embedded`] starts a throwaway PostgreSQL cluster from the local server
+//! programs (initdb/pg_ctl, `wal_level=logical`, a free port, run as the
+//! `postgres` user when root); the integration tests use it too.
+//! [`quickstart`] is `pgcdc quickstart`: on such a cluster it streams a demo
+//! table while crashing `pgcdc run`, and checks that no change is missing and
+//! that the checkpointed state equals SQL.
+//!
 //! # Feature flags
 //!
 //! None.
@@ -94,11 +103,13 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod embedded;
 pub mod encoding;
 pub mod event;
 pub mod job;
 pub mod operators;
 pub mod pipeline;
+pub mod quickstart;
 pub mod replication;
 pub mod setup;
 pub mod sinks;
