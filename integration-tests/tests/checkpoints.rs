@@ -45,23 +45,14 @@ impl Job {
         let dir = std::env::temp_dir().join(format!("pgcdc-ckpt-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let password = db
-            .password()
-            .map(|p| format!("password = {p:?}\n"))
-            .unwrap_or_default();
+        let source = db.source_toml(
+            &["public.orders"],
+            &format!("{name}_slot"),
+            &format!("{name}_pub"),
+        );
         let text = format!(
             r#"
-            [source]
-            host = {host:?}
-            port = {port}
-            database = {dbname:?}
-            user = {user:?}
-            {password}
-            sslmode = "disable"
-            tables = ["public.orders"]
-            slot = "{name}_slot"
-            publication = "{name}_pub"
-
+            {source}
             [pipeline]
             status_interval_secs = 1
 
@@ -86,10 +77,6 @@ impl Job {
             key = "customer"
             value = "amount"
             "#,
-            host = db.host(),
-            port = db.port(),
-            dbname = db.name(),
-            user = db.user(),
             path = dir.join("events.jsonl").display().to_string(),
         );
         let config = Config::parse(&text).unwrap();

@@ -293,24 +293,12 @@ async fn checkpoints(
         }
         CheckpointsAction::Delete { id } => {
             let id = CheckpointId::new(id).ok_or("checkpoint ids start at 1")?;
-            let _lock = JobLock::acquire(store.pool(), job.as_str())
-                .await
-                .map_err(|e| e.to_string())?;
-            let lease = store
-                .acquire_lease(&job, &admin_owner()?)
-                .await
-                .map_err(|e| e.to_string())?;
+            let (_lock, lease) = admin_lease(&store, &job).await?;
             store.delete(&lease, id).await.map_err(|e| e.to_string())?;
             println!("deleted checkpoint {id} of job {job}");
         }
         CheckpointsAction::Prune { keep } => {
-            let _lock = JobLock::acquire(store.pool(), job.as_str())
-                .await
-                .map_err(|e| e.to_string())?;
-            let lease = store
-                .acquire_lease(&job, &admin_owner()?)
-                .await
-                .map_err(|e| e.to_string())?;
+            let (_lock, lease) = admin_lease(&store, &job).await?;
             let n = store
                 .retain(&lease, keep)
                 .await
@@ -322,8 +310,22 @@ async fn checkpoints(
     Ok(())
 }
 
-fn admin_owner() -> Result<OwnerId, String> {
-    OwnerId::new(format!("pgcdc-admin:{}", std::process::id())).map_err(|e| e.to_string())
+/// The job's lock (so a running instance is never disturbed) and a lease to
+/// change its checkpoints.
+async fn admin_lease(
+    store: &checkpoint_pg::PgCheckpointStore,
+    job: &JobName,
+) -> Result<(JobLock, checkpoint_api::Lease), String> {
+    let lock = JobLock::acquire(store.pool(), job.as_str())
+        .await
+        .map_err(|e| e.to_string())?;
+    let owner =
+        OwnerId::new(format!("pgcdc-admin:{}", std::process::id())).map_err(|e| e.to_string())?;
+    let lease = store
+        .acquire_lease(job, &owner)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((lock, lease))
 }
 
 async fn slot_status(config: &Config) -> Result<(), String> {
