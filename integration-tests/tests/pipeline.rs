@@ -936,3 +936,55 @@ mod peak_memory {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+#[tokio::test]
+async fn proto_version_1_is_asked_for_and_the_server_does_not_stream() {
+    let (db, client) = streaming_database().await;
+    let source = source_config(&db, &["big"], "pgcdc_proto_one");
+    setup(&source).await.unwrap();
+    // 20,000 rows of ~150 bytes: far over the 64 kB logical_decoding_work_mem,
+    // so protocol 2 would have the server stream it while in progress.
+    client
+        .batch_execute(
+            "INSERT INTO big SELECT g, repeat('x', 100) FROM generate_series(1, 20000) g",
+        )
+        .await
+        .unwrap();
+    let mut opts = options(&source);
+    opts.proto_version = Some(1);
+    let (stop, task, mut progress) =
+        spawn(opts, vec![Box::new(cdc_runtime::sinks::NullSink::new())]);
+    await_progress(&mut progress, |p| p.events >= 20_000).await;
+    stop.send(()).unwrap();
+    assert_eq!(task.await.unwrap().unwrap().events, 20_000);
+    let client = Arc::new(client);
+    let (total, streamed): (i64, i64) = await_query(|| {
+        let client = Arc::clone(&client);
+        Box::pin(async move {
+            let row = client
+                .query_one(
+                    "SELECT total_txns, stream_txns FROM pg_stat_replication_slots
+                     WHERE slot_name = 'pgcdc_proto_one'",
+                    &[],
+                )
+                .await
+                .ok()?;
+            let total: i64 = row.get(0);
+            (total >= 1).then(|| (total, row.get(1)))
+        })
+    })
+    .await;
+    assert_eq!(streamed, 0, "streamed with proto_version 1 ({total} txns)");
+
+    // A version the server does not speak stops the pipeline at once (no retries).
+    let mut opts = options(&source);
+    opts.proto_version = Some(99);
+    let (_stop, task, _) = spawn(opts, vec![Box::new(cdc_runtime::sinks::NullSink::new())]);
+    let err = tokio::time::timeout(TIMEOUT, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(!err.is_transient(), "{err}");
+    assert!(err.to_string().contains("proto_version 99"), "{err}");
+}

@@ -148,6 +148,10 @@ pub struct PipelineOptions {
     pub publications: Vec<String>,
     /// Where to start if nothing was confirmed yet (`None`: the slot's position).
     pub start_lsn: Option<Lsn>,
+    /// The pgoutput protocol version to ask for (`None`: the newest the
+    /// server speaks). Version 1 has no streaming of in-progress
+    /// transactions: the server holds large ones until they commit.
+    pub proto_version: Option<u32>,
     /// Change events per batch.
     pub batch_size: usize,
     /// Bytes of streamed in-progress transactions held in memory; past it
@@ -166,9 +170,9 @@ pub struct PipelineOptions {
 }
 
 impl PipelineOptions {
-    /// Options with the defaults (batch 1000, 64 MiB budget, spill files in
-    /// the system temporary directory, 10 s status interval, 4 batches per
-    /// sink channel, 90 s receive timeout).
+    /// Options with the defaults (newest protocol version, batch 1000, 64 MiB
+    /// budget, spill files in the system temporary directory, 10 s status
+    /// interval, 4 batches per sink channel, 90 s receive timeout).
     pub fn new(
         replication: ReplicationConfig,
         slot: impl Into<String>,
@@ -179,6 +183,7 @@ impl PipelineOptions {
             slot: slot.into(),
             publications: vec![publication.into()],
             start_lsn: None,
+            proto_version: None,
             batch_size: crate::config::DEFAULT_BATCH_SIZE,
             byte_budget: crate::config::DEFAULT_BYTE_BUDGET,
             spill_dir: std::env::temp_dir(),
@@ -573,7 +578,11 @@ impl Source<'_> {
         let connect = async {
             let mut conn = ReplicationConnection::connect(&opts.replication).await?;
             let version = conn.server_version_num().await?;
-            let pgoutput = PgOutputOptions::for_server(version, opts.publications.iter().cloned());
+            let mut pgoutput =
+                PgOutputOptions::for_server(version, opts.publications.iter().cloned());
+            if let Some(v) = opts.proto_version {
+                pgoutput = pgoutput.proto_version(v)?;
+            }
             let start = self.processed.max(shared.confirmed);
             tracing::info!(slot = %opts.slot, start = %start, proto_version = pgoutput.get_proto_version(), "starting replication");
             let stream = conn.start_replication(&opts.slot, start, &pgoutput).await?;

@@ -1,0 +1,518 @@
+//! End to end streaming: pgcdc against `pg_recvlogical`, in the same run, on the same WAL.
+//!
+//! Starts its own throwaway server through the test harness (autovacuum off, so nothing but
+//! the workload writes WAL). For each workload it creates a publication and a pgoutput slot,
+//! then writes the workload and records the end LSN (`pg_current_wal_insert_lsn()`). Every
+//! run streams from a fresh `pg_copy_logical_replication_slot` copy of that slot, so every
+//! contender decodes the same WAL from the same point, and stops once it reaches the end
+//! LSN:
+//!
+//! * `pg_recvlogical --start --endpos <end> -f /dev/null` (pgoutput, `proto_version=1`);
+//! * pgcdc (the `cdc-runtime` pipeline, default options, no checkpoints) into the null sink
+//!   (decoding to change events only), into the null sink encoding Debezium JSON, and into
+//!   the file sink writing Debezium JSON lines; for the one-transaction workload also with
+//!   pgoutput `proto_version` 1 (the server holds the transaction until it commits) next to
+//!   the default (2 on PostgreSQL 14+: the server streams it while in progress and pgcdc
+//!   holds, or spills, it until it commits).
+//!
+//! Every contender is a child process under `/usr/bin/time`, so wall time, client CPU
+//! (user + system) and peak RSS are measured the same way; pgcdc's child is this bench
+//! binary again, with `PGCDC_E2E_CONTENDER` set. Wall time counts from spawn to exit
+//! (connecting, streaming, and for the file sink the final fsync). Each contender runs
+//! `PGCDC_BENCH_REPS` times (default 3), the order reversed on every other repetition;
+//! medians are printed as a markdown table.
+//!
+//! `cargo bench -p pgcdc-benches --bench e2e_stream`. Sizes: `PGCDC_E2E_W1_ROWS` (default
+//! 1,000,000 rows in one transaction), `PGCDC_E2E_W2_TXNS` and `PGCDC_E2E_W2_ROWS_PER_TXN`
+//! (default 20,000 transactions of 10 rows).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cdc_core::Lsn;
+use cdc_runtime::encoding::{DebeziumOptions, JsonEncoder, JsonFormat};
+use cdc_runtime::pipeline::{Pipeline, PipelineOptions};
+use cdc_runtime::replication::ReplicationConfig;
+use cdc_runtime::sinks::{FileSink, FileSinkOptions, NullSink, Sink};
+use integration_tests::{ClusterOptions, TestPostgres};
+use tokio_postgres::Client;
+
+/// Set in the child: which pgcdc sink to run (`null`, `debezium`, `file`).
+const CHILD_ENV: &str = "PGCDC_E2E_CONTENDER";
+const TIME: &str = "/usr/bin/time";
+/// A single run taking longer than this is a failure.
+const RUN_TIMEOUT: Duration = Duration::from_secs(900);
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+fn child_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
+}
+
+// ---------------------------------------------------------------------------------------
+// The pgcdc contender (child process).
+
+/// Streams the slot into the requested sink until `received` or `confirmed` reaches the
+/// end LSN, then shuts the pipeline down (flushing the sink) and prints the event count.
+async fn pgcdc_contender(kind: &str) {
+    let port: u16 = child_env("PGCDC_E2E_PORT").parse().unwrap();
+    let end: Lsn = child_env("PGCDC_E2E_END").parse().unwrap();
+    let replication = ReplicationConfig::new("postgres")
+        .host("127.0.0.1")
+        .port(port)
+        .dbname(child_env("PGCDC_E2E_DB"));
+    let mut options = PipelineOptions::new(
+        replication,
+        child_env("PGCDC_E2E_SLOT"),
+        child_env("PGCDC_E2E_PUB"),
+    );
+    options.proto_version = std::env::var("PGCDC_E2E_PROTO")
+        .ok()
+        .map(|v| v.parse().unwrap());
+    // Only matters if the end LSN is not a commit's (see `stop_condition`).
+    options.status_interval = Duration::from_secs(1);
+    let work = PathBuf::from(child_env("PGCDC_E2E_WORK"));
+    options.spill_dir = work.clone();
+    let debezium = || JsonEncoder::new(JsonFormat::Debezium(DebeziumOptions::default()));
+    let sink: Box<dyn Sink> = match kind {
+        "null" => Box::new(NullSink::new()),
+        "debezium" => Box::new(NullSink::encoding(debezium())),
+        "file" => Box::new(
+            FileSink::open(
+                FileSinkOptions {
+                    path: work.join("events.json"),
+                    max_file_bytes: 0,
+                },
+                debezium(),
+            )
+            .await
+            .unwrap(),
+        ),
+        other => panic!("unknown contender {other}"),
+    };
+    let pipeline = Pipeline::new(options, vec![sink]);
+    let mut progress = pipeline.progress();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(pipeline.run(async move {
+        let _ = stopped.await;
+    }));
+    // The XLogData of a commit starts at the commit's end LSN, so `received` reaches the
+    // end LSN with the last commit; `confirmed` covers an end LSN past the last commit
+    // (reported by keepalives once idle).
+    let _ = progress
+        .wait_for(|p| p.received >= end || p.confirmed >= end)
+        .await;
+    let _ = stop.send(());
+    let last = run.await.unwrap().unwrap();
+    println!("{}", last.events);
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent: workloads, contenders, measurement.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contender {
+    Recvlogical,
+    Pgcdc {
+        sink: &'static str,
+        proto: Option<u32>,
+    },
+}
+
+impl Contender {
+    fn label(self) -> String {
+        match self {
+            Contender::Recvlogical => "pg_recvlogical (proto 1, to /dev/null)".into(),
+            Contender::Pgcdc { sink, proto } => {
+                let what = match sink {
+                    "null" => "null sink (decode only)",
+                    "debezium" => "null sink, Debezium JSON encoded",
+                    "file" => "file sink, Debezium JSON",
+                    other => other,
+                };
+                match proto {
+                    Some(v) => format!("pgcdc {what}, proto {v}"),
+                    None => format!("pgcdc {what}, proto default"),
+                }
+            }
+        }
+    }
+}
+
+/// One measured run.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    wall: f64,
+    cpu: f64,
+    peak_kb: f64,
+}
+
+struct Target<'a> {
+    port: u16,
+    db: &'a str,
+    publication: &'a str,
+    end: Lsn,
+    recvlogical: &'a Path,
+    work: &'a Path,
+}
+
+/// Runs `cmd` under `/usr/bin/time`, waiting at most [`RUN_TIMEOUT`]; returns the sample
+/// and the child's stdout.
+fn measure(cmd: Command, label: &str) -> (Sample, String) {
+    let stats = std::env::temp_dir().join(format!("pgcdc-e2e-time-{}", std::process::id()));
+    let mut timed = Command::new(TIME);
+    timed.arg("-f").arg("%e %U %S %M").arg("-o").arg(&stats);
+    timed.arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => timed.env(k, v),
+            None => timed.env_remove(k),
+        };
+    }
+    timed.stdout(std::process::Stdio::piped());
+    let start = Instant::now();
+    let mut child = timed.spawn().expect("spawn /usr/bin/time");
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if start.elapsed() > RUN_TIMEOUT {
+            let _ = child.kill();
+            panic!("{label}: no end after {RUN_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let out = child.wait_with_output().unwrap();
+    let text = std::fs::read_to_string(&stats).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    assert!(out.status.success(), "{label} failed: {text}");
+    // The last line holds the format (earlier ones: "Command exited with ..." etc.).
+    let f: Vec<f64> = text
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let sample = Sample {
+        wall,
+        cpu: f[1] + f[2],
+        peak_kb: f[3],
+    };
+    (sample, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn contender_command(c: Contender, t: &Target<'_>, slot: &str) -> Command {
+    match c {
+        Contender::Recvlogical => {
+            let mut cmd = Command::new(t.recvlogical);
+            cmd.arg("-d")
+                .arg(format!(
+                    "host=127.0.0.1 port={} user=postgres dbname={}",
+                    t.port, t.db
+                ))
+                .arg("--slot")
+                .arg(slot)
+                .arg("--start")
+                .arg("-o")
+                .arg("proto_version=1")
+                .arg("-o")
+                .arg(format!("publication_names={}", t.publication))
+                .arg("--endpos")
+                .arg(t.end.to_string())
+                .arg("--no-loop")
+                .arg("-f")
+                .arg("/dev/null");
+            cmd
+        }
+        Contender::Pgcdc { sink, proto } => {
+            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            cmd.env(CHILD_ENV, sink)
+                .env("PGCDC_E2E_PORT", t.port.to_string())
+                .env("PGCDC_E2E_DB", t.db)
+                .env("PGCDC_E2E_SLOT", slot)
+                .env("PGCDC_E2E_PUB", t.publication)
+                .env("PGCDC_E2E_END", t.end.to_string())
+                .env("PGCDC_E2E_WORK", t.work);
+            match proto {
+                Some(v) => cmd.env("PGCDC_E2E_PROTO", v.to_string()),
+                None => cmd.env_remove("PGCDC_E2E_PROTO"),
+            };
+            cmd
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+async fn end_lsn(client: &Client) -> Lsn {
+    let row = client
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .await
+        .unwrap();
+    row.get::<_, String>(0).parse().unwrap()
+}
+
+struct Row {
+    workload: String,
+    contender: Contender,
+    wall: f64,
+    cpu: f64,
+    peak_mb: f64,
+}
+
+/// Runs every contender `reps` times on copies of `slot`; returns the medians.
+async fn compare(
+    client: &Client,
+    workload: &str,
+    rows: usize,
+    slot: &str,
+    t: &Target<'_>,
+    contenders: &[Contender],
+    reps: usize,
+) -> Vec<Row> {
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); contenders.len()];
+    for rep in 0..reps {
+        let mut order: Vec<usize> = (0..contenders.len()).collect();
+        if rep % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let c = contenders[i];
+            let copy = format!("{slot}_copy");
+            client
+                .execute(
+                    "SELECT pg_copy_logical_replication_slot($1, $2)",
+                    &[&slot, &copy],
+                )
+                .await
+                .unwrap();
+            let _ = std::fs::remove_dir_all(t.work);
+            std::fs::create_dir_all(t.work).unwrap();
+            let label = format!("{workload} / {}", c.label());
+            eprintln!("{label}: rep {}", rep + 1);
+            let cmd = contender_command(c, t, &copy);
+            let (sample, out) = tokio::task::block_in_place(|| measure(cmd, &label));
+            if let Contender::Pgcdc { .. } = c {
+                let events: usize = out.trim().parse().unwrap();
+                assert_eq!(events, rows, "{label}: every row is one event");
+            }
+            eprintln!(
+                "  {:.2} s, {:.2} s CPU, {:.0} MB",
+                sample.wall,
+                sample.cpu,
+                sample.peak_kb / 1024.0
+            );
+            samples[i].push(sample);
+            client
+                .execute("SELECT pg_drop_replication_slot($1)", &[&copy])
+                .await
+                .unwrap();
+            let _ = std::fs::remove_dir_all(t.work);
+        }
+    }
+    contenders
+        .iter()
+        .zip(samples)
+        .map(|(&contender, s)| Row {
+            workload: workload.to_owned(),
+            contender,
+            wall: median(s.iter().map(|x| x.wall).collect()),
+            cpu: median(s.iter().map(|x| x.cpu).collect()),
+            peak_mb: median(s.iter().map(|x| x.peak_kb / 1024.0).collect()),
+        })
+        .collect()
+}
+
+async fn prepare(client: &Client, table: &str) -> (String, String) {
+    let publication = format!("{table}_pub");
+    let slot = format!("{table}_slot");
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (id bigint PRIMARY KEY, n int NOT NULL, t text NOT NULL);
+             CREATE PUBLICATION {publication} FOR TABLE {table};"
+        ))
+        .await
+        .unwrap();
+    client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await
+        .unwrap();
+    (publication, slot)
+}
+
+fn recvlogical_path(major: u32) -> PathBuf {
+    let path = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin/pg_recvlogical"));
+    assert!(path.exists(), "{} not found", path.display());
+    path
+}
+
+fn uptime() -> String {
+    Command::new("uptime")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|_| "uptime unavailable".into())
+}
+
+async fn run() {
+    assert!(
+        Path::new(TIME).exists(),
+        "{TIME} is needed to measure the contenders"
+    );
+    let reps = env_usize("PGCDC_BENCH_REPS", 3).max(1);
+    let w1_rows = env_usize("PGCDC_E2E_W1_ROWS", 1_000_000);
+    let w2_txns = env_usize("PGCDC_E2E_W2_TXNS", 20_000);
+    let w2_per_txn = env_usize("PGCDC_E2E_W2_ROWS_PER_TXN", 10);
+    let began = Instant::now();
+    eprintln!("load before: {}", uptime());
+
+    let cluster = TestPostgres::dedicated(ClusterOptions::new().setting("autovacuum", "off"))
+        .await
+        .unwrap();
+    let recvlogical = recvlogical_path(cluster.major_version());
+    let db = cluster.create_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    let work = std::env::temp_dir().join(format!("pgcdc-e2e-{}", std::process::id()));
+    let pgcdc = |sink, proto| Contender::Pgcdc { sink, proto };
+    let mut table = Vec::new();
+
+    // W1: one big transaction.
+    let (w1_pub, w1_slot) = prepare(&client, "w1").await;
+    eprintln!("W1: writing {w1_rows} rows in one transaction...");
+    client
+        .execute(
+            "INSERT INTO w1 SELECT g, g % 1000, 'row ' || lpad(g::text, 26, '0')
+             FROM generate_series(1, $1::bigint) g",
+            &[&(w1_rows as i64)],
+        )
+        .await
+        .unwrap();
+    let end = end_lsn(&client).await;
+    let target = Target {
+        port: cluster.port(),
+        db: db.name(),
+        publication: &w1_pub,
+        end,
+        recvlogical: &recvlogical,
+        work: &work,
+    };
+    let w1 = format!("W1: {w1_rows} rows, 1 txn");
+    table.extend(
+        compare(
+            &client,
+            &w1,
+            w1_rows,
+            &w1_slot,
+            &target,
+            &[
+                Contender::Recvlogical,
+                pgcdc("null", None),
+                pgcdc("debezium", None),
+                pgcdc("file", None),
+                pgcdc("null", Some(1)),
+                pgcdc("file", Some(1)),
+            ],
+            reps,
+        )
+        .await,
+    );
+    client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&w1_slot])
+        .await
+        .unwrap();
+
+    // W2: many small transactions.
+    let (w2_pub, w2_slot) = prepare(&client, "w2").await;
+    let w2_rows = w2_txns * w2_per_txn;
+    eprintln!("W2: writing {w2_rows} rows in {w2_txns} transactions...");
+    client
+        .batch_execute(&format!(
+            "DO $$ BEGIN
+               FOR i IN 0..{last} LOOP
+                 INSERT INTO w2 SELECT g, g % 1000, 'row ' || lpad(g::text, 26, '0')
+                 FROM generate_series(i * {w2_per_txn} + 1, (i + 1) * {w2_per_txn}) g;
+                 COMMIT;
+               END LOOP;
+             END $$",
+            last = w2_txns.saturating_sub(1)
+        ))
+        .await
+        .unwrap();
+    let end = end_lsn(&client).await;
+    let target = Target {
+        publication: &w2_pub,
+        end,
+        ..target
+    };
+    let w2 = format!("W2: {w2_rows} rows, {w2_txns} txns");
+    table.extend(
+        compare(
+            &client,
+            &w2,
+            w2_rows,
+            &w2_slot,
+            &target,
+            &[
+                Contender::Recvlogical,
+                pgcdc("null", None),
+                pgcdc("debezium", None),
+                pgcdc("file", None),
+            ],
+            reps,
+        )
+        .await,
+    );
+
+    let load = uptime();
+    println!();
+    println!("| workload | contender | events/s | vs pg_recvlogical | client CPU s | vs pg_recvlogical | peak MB |");
+    println!("|---|---|---|---|---|---|---|");
+    for (workload, rows) in [(&w1, w1_rows), (&w2, w2_rows)] {
+        let ours: Vec<&Row> = table.iter().filter(|r| &r.workload == workload).collect();
+        let base = ours
+            .iter()
+            .find(|r| r.contender == Contender::Recvlogical)
+            .unwrap();
+        for r in &ours {
+            println!(
+                "| {} | {} | {:.0} | {:.2}x | {:.2} | {:.2}x | {:.0} |",
+                r.workload,
+                r.contender.label(),
+                rows as f64 / r.wall,
+                base.wall / r.wall,
+                r.cpu,
+                r.cpu / base.cpu,
+                r.peak_mb
+            );
+        }
+    }
+    println!();
+    println!("medians of {reps}; load after: {load}");
+    println!("bench took {:.0} s", began.elapsed().as_secs_f64());
+}
+
+fn main() {
+    let child = std::env::var(CHILD_ENV).ok();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    match child {
+        Some(kind) => rt.block_on(pgcdc_contender(&kind)),
+        None => rt.block_on(run()),
+    }
+}
