@@ -167,12 +167,26 @@ async fn changes_reach_the_file_sink_and_match_the_table() {
              DELETE FROM items WHERE id % 7 = 0;
              INSERT INTO other VALUES (1), (2);
              TRUNCATE other;
-             BEGIN; SELECT pg_logical_emit_message(true, 'pgcdc-test', 'hello'); INSERT INTO items VALUES (1000, 'last', 1); COMMIT;",
+             BEGIN; SELECT pg_logical_emit_message(true, 'pgcdc-test', 'hello'); INSERT INTO items VALUES (1000, 'last', 1);",
         )
         .await
         .unwrap();
+    // The last transaction's commit record comes after this position, so a
+    // confirmed position past it means that commit was processed and flushed
+    // (events alone can be counted before their commit arrives).
+    let before_last_commit: Lsn = client
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get::<_, String>(0)
+        .parse()
+        .unwrap();
+    client.batch_execute("COMMIT").await.unwrap();
     // 120 inserts + 40 updates + 17 deletes + 2 inserts + 1 truncate + 1 message + 1 insert.
-    await_progress(&mut progress, |p| p.events >= 182).await;
+    await_progress(&mut progress, |p| {
+        p.events >= 182 && p.confirmed > before_last_commit
+    })
+    .await;
     stop.send(()).unwrap();
     let final_progress = task.await.unwrap().unwrap();
     assert_eq!(final_progress.events, 182);
