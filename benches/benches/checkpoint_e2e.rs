@@ -12,6 +12,8 @@
 //!   sinks; the checkpointed run's time includes its final checkpoint. The
 //!   order alternates; `PGCDC_BENCH_REPS` (default 3) repetitions, medians
 //!   reported (and the range of the per-repetition ratios).
+//!   `PGCDC_E2E_OPERATOR_MIB` (default 0) adds an operator holding that many
+//!   MiB of random state to both runs, so every checkpoint saves it.
 //! * **Recovery**: a job's checkpoint holding 256 MiB of pseudo-random
 //!   operator state (`PGCDC_E2E_STATE_MIB`) is saved, one row is committed
 //!   after its position, and the time is measured from the start of
@@ -201,10 +203,17 @@ async fn stream_until(
     slot: &str,
     expected: u64,
     checkpoints: Option<CheckpointOptions>,
+    extra_state: &Bytes,
 ) -> RunResult {
     let options = PipelineOptions::new(rc.clone(), slot, PUBLICATION);
     let sinks: Vec<Box<dyn Sink>> = vec![Box::new(NullSink::new())];
-    let operators: Vec<Box<dyn Operator>> = vec![Box::new(TableCounters::new("counts"))];
+    let mut operators: Vec<Box<dyn Operator>> = vec![Box::new(TableCounters::new("counts"))];
+    if !extra_state.is_empty() {
+        operators.push(Box::new(Blob {
+            state: extra_state.clone(),
+            restored: Arc::default(),
+        }));
+    }
     let mut pipeline = Pipeline::new(options, sinks).with_operators(operators);
     if let Some(c) = checkpoints {
         pipeline = pipeline.with_checkpoints(c);
@@ -234,7 +243,12 @@ struct Throughput {
     saves: f64,
 }
 
-async fn throughput(db: &TestDatabase, client: &Client, reps: usize) -> Throughput {
+async fn throughput(
+    db: &TestDatabase,
+    client: &Client,
+    reps: usize,
+    extra_state: &Bytes,
+) -> Throughput {
     let workload = Workload {
         txns: env_or("PGCDC_E2E_TXNS", 10_000),
         rows_per_txn: env_or("PGCDC_E2E_ROWS_PER_TXN", 100),
@@ -266,9 +280,9 @@ async fn throughput(db: &TestDatabase, client: &Client, reps: usize) -> Throughp
                 if with_checkpoints { "with" } else { "without" }
             );
             let r = if with_checkpoints {
-                stream_until(&rc, &slot_on, events, Some(copts.clone())).await
+                stream_until(&rc, &slot_on, events, Some(copts.clone()), extra_state).await
             } else {
-                stream_until(&rc, &slot_off, events, None).await
+                stream_until(&rc, &slot_off, events, None, extra_state).await
             };
             assert_eq!(r.progress.events, events, "every row exactly once");
             let rate = events as f64 / r.elapsed.as_secs_f64();
@@ -575,12 +589,18 @@ async fn run() {
         .await
         .unwrap();
     let started = Instant::now();
-    let t = throughput(&db, &client, reps).await;
+    let operator_mib = env_or("PGCDC_E2E_OPERATOR_MIB", 0);
+    let extra_state = noise(operator_mib * MIB, 7);
+    let t = throughput(&db, &client, reps, &extra_state).await;
     let r = recovery(&db, &client, reps, state_mib * MIB).await;
     let base = recovery(&db, &client, reps, 1024).await;
 
+    let operators = match operator_mib {
+        0 => "table_counters".to_owned(),
+        n => format!("table_counters, {n} MiB operator state"),
+    };
     println!(
-        "| checkpoints (null sink, table_counters) | events/s (median of {reps}) | ratio (range) |"
+        "| checkpoints (null sink, {operators}) | events/s (median of {reps}) | ratio (range) |"
     );
     println!("|---|---|---|");
     println!("| off | {:.0} | |", t.off);
