@@ -121,7 +121,7 @@ impl Pgcdc {
             // `kill(1)`: the harness has no unsafe code for a libc call.
             let mut kill = std::process::Command::new("kill");
             kill.args(["-TERM", &pid.to_string()]);
-            crate::binaries::run_output(&mut kill, "kill -TERM")?;
+            cdc_runtime::embedded::run_output(&mut kill, "kill -TERM")?;
         }
         self.wait(timeout).await
     }

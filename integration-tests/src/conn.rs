@@ -123,6 +123,26 @@ impl ConnectionInfo {
         s
     }
 
+    /// The `[source]` section of a `pgcdc.toml` for this database (TLS off):
+    /// `tables` as `schema.table`, then `slot` and `publication`.
+    pub fn source_toml(&self, tables: &[&str], slot: &str, publication: &str) -> String {
+        let tables = tables
+            .iter()
+            .map(|t| format!("{t:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let password = self
+            .password
+            .as_deref()
+            .map(|p| format!("password = {p:?}\n"))
+            .unwrap_or_default();
+        format!(
+            "[source]\nhost = {:?}\nport = {}\ndatabase = {:?}\nuser = {:?}\n{password}\
+             sslmode = \"disable\"\ntables = [{tables}]\nslot = {slot:?}\npublication = {publication:?}\n",
+            self.host, self.port, self.dbname, self.user
+        )
+    }
+
     /// [`connection_string`](Self::connection_string) plus `replication=database`: the
     /// parameters of a logical replication (walsender) connection.
     ///
@@ -210,6 +230,13 @@ impl TestDatabase {
     /// Superuser password, when the server needs one.
     pub fn password(&self) -> Option<&str> {
         self.info.password.as_deref()
+    }
+
+    /// The `[source]` section of a `pgcdc.toml` for this database; see
+    /// [`ConnectionInfo::source_toml`].
+    pub fn source_toml(&self, tables: &[&str], slot: &str, publication: &str) -> String {
+        self.connection_info()
+            .source_toml(tables, slot, publication)
     }
 
     /// All connection parameters.

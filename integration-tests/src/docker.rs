@@ -50,7 +50,7 @@ mod imp {
     use super::*;
     use crate::conn::ConnectionInfo;
     use crate::error::{HarnessError, Result};
-    use crate::watchdog::Watchdog;
+    use cdc_runtime::embedded::Watchdog;
     use testcontainers::runners::SyncRunner;
     use testcontainers::{Container, ImageExt};
     use testcontainers_modules::postgres::Postgres;

@@ -93,6 +93,9 @@ pub enum HarnessError {
     /// Something the harness waited for did not happen in time.
     #[error("timed out waiting for {0}")]
     Timeout(String),
+    /// A throwaway cluster ([`cdc_runtime::embedded`]) could not be started or driven.
+    #[error(transparent)]
+    Cluster(cdc_runtime::embedded::EmbeddedError),
     /// A background task of the harness panicked or was cancelled.
     #[error("harness task failed: {0}")]
     Task(String),
@@ -111,6 +114,20 @@ impl HarnessError {
         HarnessError::Postgres {
             context: context.into(),
             source,
+        }
+    }
+}
+
+impl From<cdc_runtime::embedded::EmbeddedError> for HarnessError {
+    /// Missing server programs stay [`HarnessError::NoServer`], whose message
+    /// lists every way to get a server; everything else is
+    /// [`HarnessError::Cluster`].
+    fn from(e: cdc_runtime::embedded::EmbeddedError) -> Self {
+        match e {
+            cdc_runtime::embedded::EmbeddedError::NoServer { reason } => {
+                HarnessError::NoServer { reason }
+            }
+            other => HarnessError::Cluster(other),
         }
     }
 }

@@ -84,19 +84,18 @@
 //! - `docker` (default): the testcontainers backend.
 #![forbid(unsafe_code)]
 
-mod binaries;
 mod cli;
 mod conn;
 mod docker;
 mod error;
 mod local;
 mod tls;
-mod watchdog;
 
+pub use cdc_runtime::embedded::{DEFAULT_SETTINGS, SUPERUSER};
 pub use cli::{pgcdc_binary, run_pgcdc, Pgcdc};
 pub use conn::{ConnectionInfo, TestDatabase};
 pub use error::{HarnessError, Result};
-pub use local::{ClusterOptions, LocalCluster, DEFAULT_SETTINGS, SUPERUSER};
+pub use local::{ClusterOptions, LocalCluster};
 pub use tls::TestTls;
 
 use tokio::sync::OnceCell;
@@ -243,11 +242,11 @@ impl TestPostgres {
             )));
         }
         let server_version_num = u32::try_from(version).unwrap_or(0);
-        if server_version_num < binaries::MIN_MAJOR * 10_000 {
+        if server_version_num < cdc_runtime::embedded::MIN_MAJOR * 10_000 {
             return Err(HarnessError::Unsuitable(format!(
                 "{} runs server_version_num {version}; pgcdc tests need PostgreSQL {}+",
                 admin.describe(),
-                binaries::MIN_MAJOR
+                cdc_runtime::embedded::MIN_MAJOR
             )));
         }
         Ok(TestPostgres {

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::binaries::run_output;
 use crate::error::{HarnessError, Result};
+use cdc_runtime::embedded::run_output;
 
 /// A test CA and a server certificate for `localhost` and `127.0.0.1` signed by it
 /// (P-256 keys, valid ten years), all PEM.
@@ -51,7 +51,8 @@ impl TestTls {
 fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
     let mut cmd = Command::new("openssl");
     cmd.current_dir(dir).args(args);
-    run_output(&mut cmd, &format!("openssl {}", args.join(" "))).map(|_| ())
+    run_output(&mut cmd, &format!("openssl {}", args.join(" ")))?;
+    Ok(())
 }
 
 fn generate_in(dir: &Path) -> Result<TestTls> {

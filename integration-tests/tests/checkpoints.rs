@@ -36,6 +36,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 struct Job {
     dir: PathBuf,
     config: Config,
+    /// The configuration as a file, for the `pgcdc` command line.
+    config_path: PathBuf,
 }
 
 impl Job {
@@ -45,23 +47,14 @@ impl Job {
         let dir = std::env::temp_dir().join(format!("pgcdc-ckpt-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let password = db
-            .password()
-            .map(|p| format!("password = {p:?}\n"))
-            .unwrap_or_default();
+        let source = db.source_toml(
+            &["public.orders"],
+            &format!("{name}_slot"),
+            &format!("{name}_pub"),
+        );
         let text = format!(
             r#"
-            [source]
-            host = {host:?}
-            port = {port}
-            database = {dbname:?}
-            user = {user:?}
-            {password}
-            sslmode = "disable"
-            tables = ["public.orders"]
-            slot = "{name}_slot"
-            publication = "{name}_pub"
-
+            {source}
             [pipeline]
             status_interval_secs = 1
 
@@ -86,15 +79,17 @@ impl Job {
             key = "customer"
             value = "amount"
             "#,
-            host = db.host(),
-            port = db.port(),
-            dbname = db.name(),
-            user = db.user(),
             path = dir.join("events.jsonl").display().to_string(),
         );
         let config = Config::parse(&text).unwrap();
         config.check().unwrap();
-        Job { dir, config }
+        let config_path = dir.join("pgcdc.toml");
+        std::fs::write(&config_path, &text).unwrap();
+        Job {
+            dir,
+            config,
+            config_path,
+        }
     }
 
     fn spawn(&self) -> Running {
@@ -554,4 +549,76 @@ async fn streaming_goes_on_while_the_checkpoint_store_is_down() {
         "saves failed during the outage: {progress:?}"
     );
     assert_eq!(inserted_ids(&job.events()).len() as i64, next);
+}
+
+/// `pgcdc checkpoints ...` and `pgcdc slot status` through the binary.
+async fn pgcdc(job: &Job, args: &[&str]) -> (bool, String) {
+    let config = job.config_path.display().to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--config", &config]);
+    let out = integration_tests::run_pgcdc(&all, TIMEOUT).await.unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+async fn the_checkpoint_and_slot_commands_show_and_prune_checkpoints() {
+    init_logging();
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    create_orders(&client).await;
+    let job = Job::new(&db, "admin", 100, 5, "");
+    let name = job.job_name();
+    let store = store(&db).await;
+    let running = job.spawn();
+    eventually("the slot", || async {
+        (!slot_confirmed(&client, "admin_slot").await.is_invalid()).then_some(())
+    })
+    .await;
+    for chunk in 0..3 {
+        insert_orders(&client, chunk * 10, chunk * 10 + 10, 10).await;
+        await_checkpoint(&store, &name, current_wal(&client).await).await;
+    }
+    // Changing checkpoints under a running job is refused.
+    let (ok, text) = pgcdc(&job, &["checkpoints", "prune", "--keep", "1"]).await;
+    assert!(!ok && text.contains("already running"), "{text}");
+    running.stop().await;
+
+    let list = store.list(&name).await.unwrap();
+    assert!(list.len() >= 3, "{list:?}");
+    let newest = list.last().unwrap();
+    let (ok, text) = pgcdc(&job, &["checkpoints", "list"]).await;
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!("{} checkpoint(s) of job admin", list.len())),
+        "{text}"
+    );
+    assert!(text.contains(&newest.commit_end_lsn.to_string()), "{text}");
+
+    let id = newest.id.get().to_string();
+    let (ok, text) = pgcdc(&job, &["checkpoints", "show", &id]).await;
+    assert!(ok, "{text}");
+    assert!(text.contains("totals (keyed_aggregate v1)"), "{text}");
+    assert!(text.contains("counts (table_counters v1)"), "{text}");
+
+    let (ok, text) = pgcdc(&job, &["slot", "status"]).await;
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("lag:") && text.contains(&format!("newest:           {id}")),
+        "{text}"
+    );
+    assert!(!text.contains("WARNING"), "{text}");
+
+    let (ok, text) = pgcdc(&job, &["checkpoints", "prune", "--keep", "1"]).await;
+    assert!(ok, "{text}");
+    assert_eq!(store.list(&name).await.unwrap().len(), 1);
+    let (ok, text) = pgcdc(&job, &["checkpoints", "delete", &id]).await;
+    assert!(ok, "{text}");
+    assert!(store.list(&name).await.unwrap().is_empty());
+    let (ok, text) = pgcdc(&job, &["checkpoints", "show", &id]).await;
+    assert!(!ok, "a deleted checkpoint cannot be shown: {text}");
 }

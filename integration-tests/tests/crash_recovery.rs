@@ -78,6 +78,25 @@ async fn rows(client: &Client, table: &str) -> BTreeMap<i64, (Option<i32>, Optio
         .collect()
 }
 
+/// Groups from a query returning (key text, count int8, sum int8).
+async fn groups(client: &Client, sql: &str) -> BTreeMap<Option<String>, Group> {
+    client
+        .query(sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                Group {
+                    count: r.get(1),
+                    sum: i128::from(r.get::<_, i64>(2)),
+                },
+            )
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn sigkill_torture_loses_nothing() {
     let db = TestPostgres::new_database().await.unwrap();
@@ -101,23 +120,10 @@ async fn sigkill_torture_loses_nothing() {
     std::fs::create_dir_all(&dir).unwrap();
     let events_path = dir.join("events.jsonl");
     let log = dir.join("pgcdc.log");
-    let password = db
-        .password()
-        .map(|p| format!("password = {p:?}\n"))
-        .unwrap_or_default();
+    let source = db.source_toml(&["public.orders"], "torture_slot", "torture_pub");
     let config_text = format!(
         r#"
-        [source]
-        host = {host:?}
-        port = {port}
-        database = {dbname:?}
-        user = {user:?}
-        {password}
-        sslmode = "disable"
-        tables = ["public.orders"]
-        slot = "torture_slot"
-        publication = "torture_pub"
-
+        {source}
         [pipeline]
         status_interval_secs = 1
 
@@ -143,10 +149,6 @@ async fn sigkill_torture_loses_nothing() {
         key = "customer"
         value = "amount"
         "#,
-        host = db.host(),
-        port = db.port(),
-        dbname = db.name(),
-        user = db.user(),
         events = events_path.display().to_string(),
         target_url = target.connection_info().connection_string(),
     );
@@ -407,24 +409,11 @@ async fn sigkill_torture_loses_nothing() {
         .unwrap()
         .restore_into(&mut agg)
         .unwrap();
-    let expected: BTreeMap<Option<String>, Group> = client
-        .query(
-            "SELECT customer::text, count(*), coalesce(sum(amount), 0)::int8 FROM orders GROUP BY customer",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r.get(0),
-                Group {
-                    count: r.get(1),
-                    sum: i128::from(r.get::<_, i64>(2)),
-                },
-            )
-        })
-        .collect();
+    let expected = groups(
+        &client,
+        "SELECT customer::text, count(*), coalesce(sum(amount), 0)::int8 FROM orders GROUP BY customer",
+    )
+    .await;
     assert!(
         expected.len() >= (KEYS as usize) / 2,
         "the aggregate has many keys"
@@ -434,21 +423,11 @@ async fn sigkill_torture_loses_nothing() {
         &expected,
         "the checkpointed aggregate equals SQL"
     );
-    let target_totals: BTreeMap<Option<String>, Group> = target_client
-        .query("SELECT key, count, sum::int8 FROM pgcdc.totals", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r.get(0),
-                Group {
-                    count: r.get(1),
-                    sum: i128::from(r.get::<_, i64>(2)),
-                },
-            )
-        })
-        .collect();
+    let target_totals = groups(
+        &target_client,
+        "SELECT key, count, sum::int8 FROM pgcdc.totals",
+    )
+    .await;
     assert_eq!(
         target_totals, expected,
         "the aggregate's upserts reached the PostgreSQL sink"

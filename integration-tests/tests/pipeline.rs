@@ -34,35 +34,9 @@ fn source_config(db: &TestDatabase, tables: &[&str], slot: &str) -> SourceConfig
 
 /// A `pgcdc.toml` for `tables` of `db` through `slot`, with a null sink.
 fn config_text(db: &TestDatabase, tables: &[&str], slot: &str) -> String {
-    let tables = tables
-        .iter()
-        .map(|t| format!("{t:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let password = db
-        .password()
-        .map(|p| format!("password = {p:?}\n"))
-        .unwrap_or_default();
     format!(
-        r#"
-        [source]
-        host = {host:?}
-        port = {port}
-        database = {dbname:?}
-        user = {user:?}
-        {password}
-        sslmode = "disable"
-        tables = [{tables}]
-        slot = {slot:?}
-        publication = "pgcdc_pub"
-
-        [[sinks]]
-        type = "null"
-        "#,
-        host = db.host(),
-        port = db.port(),
-        dbname = db.name(),
-        user = db.user(),
+        "{}\n[[sinks]]\ntype = \"null\"\n",
+        db.source_toml(tables, slot, "pgcdc_pub")
     )
 }
 

@@ -57,10 +57,14 @@
 //! overrides), [`setup`] checks the server (`wal_level`, tables) and creates
 //! the publication and slot, and [`pipeline`] streams: replication stream ->
 //! `cdc_core` decoder and transaction assembler -> [`event::ChangeEvent`]
-//! batches -> one task per [`sinks::Sink`], joined by bounded channels. The
-//! position confirmed to the slot is the end of the last transaction every
-//! sink has flushed. The `pgcdc` binary wraps this as `pgcdc run` and
-//! `pgcdc validate`.
+//! batches -> [`operators`] -> one task per [`sinks::Sink`], joined by
+//! bounded channels. Without checkpoints the position confirmed to the slot
+//! is the end of the last transaction every sink has flushed; with them,
+//! [`checkpoint`] saves the position and every operator's state into a
+//! [`checkpoint_api::CheckpointStore`] and confirms only what durable
+//! checkpoints cover. [`job`] runs a whole job from its configuration (lock,
+//! lease, recovery, pipeline), as `pgcdc run` does; the binary also has
+//! `pgcdc validate`, `pgcdc checkpoints` and `pgcdc slot status`.
 //!
 //! ```no_run
 //! use cdc_runtime::pipeline::{Pipeline, PipelineOptions};
@@ -83,6 +87,15 @@
 //! PostgreSQL table sink) the replication connection's rustls TLS and
 //! `sslmode` / `sslrootcert` meanings.
 //!
+//! # Throwaway servers and the quickstart
+//!
+//! [`embedded`] starts a throwaway PostgreSQL cluster from the local server
+//! programs (initdb/pg_ctl, `wal_level=logical`, a free port, run as the
+//! `postgres` user when root); the integration tests use it too.
+//! [`quickstart`] is `pgcdc quickstart`: on such a cluster it streams a demo
+//! table while crashing `pgcdc run`, and checks that no change is missing and
+//! that the checkpointed state equals SQL.
+//!
 //! # Feature flags
 //!
 //! None.
@@ -90,11 +103,13 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod embedded;
 pub mod encoding;
 pub mod event;
 pub mod job;
 pub mod operators;
 pub mod pipeline;
+pub mod quickstart;
 pub mod replication;
 pub mod setup;
 pub mod sinks;

@@ -13,6 +13,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 const EXAMPLES: &str = "\
 Examples:
+  # See it work in under a minute (needs the PostgreSQL server programs):
+  pgcdc quickstart
+
   # Check the config and the server (connection, wal_level, tables, publication, slot):
   pgcdc validate --config pgcdc.toml
 
@@ -74,7 +77,7 @@ enum Command {
         after_help = "Examples:\n  pgcdc checkpoints list -c pgcdc.toml\n  pgcdc checkpoints show 42 -c pgcdc.toml\n  pgcdc checkpoints prune --keep 1 -c pgcdc.toml"
     )]
     Checkpoints {
-        /// The configuration file (its [checkpoint] section says where they are).
+        /// The configuration file (its `[checkpoint]` section says where they are).
         #[arg(short, long, default_value = "pgcdc.toml", global = true)]
         config: PathBuf,
         /// The job (default: the configured one).
@@ -82,6 +85,23 @@ enum Command {
         job: Option<String>,
         #[command(subcommand)]
         action: CheckpointsAction,
+    },
+    /// A one-minute demo on a throwaway PostgreSQL: streams a table while
+    /// crashing `pgcdc run`, then checks nothing was lost and state is exact.
+    #[command(
+        after_help = "Needs the PostgreSQL 15+ server programs (initdb, pg_ctl, postgres), e.g. \
+                      `apt-get install postgresql`.\n\nExample:\n  pgcdc quickstart --keep --dir ./pgcdc-demo"
+    )]
+    Quickstart {
+        /// Where the config, the events file and the log go (default: a new temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Keep the files and the stopped cluster's directory afterwards.
+        #[arg(long)]
+        keep: bool,
+        /// How often `pgcdc run` is killed (SIGKILL) mid-stream.
+        #[arg(long, default_value_t = 2)]
+        kills: usize,
     },
     /// The replication slot's position against the newest checkpoint.
     Slot {
@@ -273,24 +293,12 @@ async fn checkpoints(
         }
         CheckpointsAction::Delete { id } => {
             let id = CheckpointId::new(id).ok_or("checkpoint ids start at 1")?;
-            let _lock = JobLock::acquire(store.pool(), job.as_str())
-                .await
-                .map_err(|e| e.to_string())?;
-            let lease = store
-                .acquire_lease(&job, &admin_owner()?)
-                .await
-                .map_err(|e| e.to_string())?;
+            let (_lock, lease) = admin_lease(&store, &job).await?;
             store.delete(&lease, id).await.map_err(|e| e.to_string())?;
             println!("deleted checkpoint {id} of job {job}");
         }
         CheckpointsAction::Prune { keep } => {
-            let _lock = JobLock::acquire(store.pool(), job.as_str())
-                .await
-                .map_err(|e| e.to_string())?;
-            let lease = store
-                .acquire_lease(&job, &admin_owner()?)
-                .await
-                .map_err(|e| e.to_string())?;
+            let (_lock, lease) = admin_lease(&store, &job).await?;
             let n = store
                 .retain(&lease, keep)
                 .await
@@ -302,8 +310,22 @@ async fn checkpoints(
     Ok(())
 }
 
-fn admin_owner() -> Result<OwnerId, String> {
-    OwnerId::new(format!("pgcdc-admin:{}", std::process::id())).map_err(|e| e.to_string())
+/// The job's lock (so a running instance is never disturbed) and a lease to
+/// change its checkpoints.
+async fn admin_lease(
+    store: &checkpoint_pg::PgCheckpointStore,
+    job: &JobName,
+) -> Result<(JobLock, checkpoint_api::Lease), String> {
+    let lock = JobLock::acquire(store.pool(), job.as_str())
+        .await
+        .map_err(|e| e.to_string())?;
+    let owner =
+        OwnerId::new(format!("pgcdc-admin:{}", std::process::id())).map_err(|e| e.to_string())?;
+    let lease = store
+        .acquire_lease(job, &owner)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((lock, lease))
 }
 
 async fn slot_status(config: &Config) -> Result<(), String> {
@@ -366,6 +388,29 @@ async fn slot_status(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// `pgcdc quickstart`: progress lines, then the report; fails if a check fails.
+async fn quickstart(dir: Option<PathBuf>, keep: bool, kills: usize) -> Result<(), String> {
+    let pgcdc =
+        std::env::current_exe().map_err(|e| format!("cannot find the pgcdc binary: {e}"))?;
+    let options = cdc_runtime::quickstart::QuickstartOptions {
+        dir,
+        keep,
+        kills,
+        pgcdc,
+    };
+    let report = cdc_runtime::quickstart::run(&options, &mut |line| println!("{line}"))
+        .await
+        .map_err(|e| e.to_string())?;
+    println!();
+    print!("{report}");
+    if report.passed() {
+        Ok(())
+    } else {
+        let failed: Vec<&str> = report.failures().map(|c| c.name).collect();
+        Err(format!("quickstart checks failed: {}", failed.join(", ")))
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
@@ -380,11 +425,15 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        if let Command::Quickstart { dir, keep, kills } = cli.command {
+            return quickstart(dir, keep, kills).await;
+        }
         let path = match &cli.command {
             Command::Run { config, .. }
             | Command::Validate { config }
             | Command::Checkpoints { config, .. }
             | Command::Slot { config, .. } => config,
+            Command::Quickstart { .. } => return Ok(()),
         };
         let config = Config::load(path).map_err(|e| e.to_string())?;
         match cli.command {
@@ -397,6 +446,7 @@ fn main() -> ExitCode {
                 action: SlotAction::Status,
                 ..
             } => slot_status(&config).await,
+            Command::Quickstart { .. } => Ok(()),
         }
     });
     match result {

@@ -5,7 +5,7 @@
 //! a table points at the same [`TableSchema`] (`Arc`), built once per relation
 //! message, so an event carries only its values.
 //!
-//! [`EventConverter`] turns the [`TxnEvent`]s of cdc-core's
+//! [`EventConverter`] turns the [`TxnEvent`](cdc_core::TxnEvent)s of cdc-core's
 //! [`TxnAssembler`](cdc_core::TxnAssembler) into change events, decoding each
 //! column by its type OID (text or binary form).
 //!

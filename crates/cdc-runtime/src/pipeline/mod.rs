@@ -34,7 +34,7 @@
 //!
 //! [`Operator`]s see every change event in order and each commit, before
 //! the events are batched for the sinks; at a commit they may add derived
-//! events. With [`Pipeline::with_checkpoints`], a [`Coordinator`] captures
+//! events. With [`Pipeline::with_checkpoints`], a checkpoint coordinator captures
 //! the operators' state at transaction boundaries and saves checkpoints in
 //! the background; see [`crate::checkpoint`].
 //!

@@ -1,4 +1,4 @@
-//! Finding the PostgreSQL server binaries and the OS user that runs them.
+//! [`PgBinaries`]: finding the PostgreSQL server programs; [`RunAs`]: the OS user that runs them.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -6,23 +6,24 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::error::{HarnessError, Result};
+use super::error::{EmbeddedError, Result};
 
-/// The oldest major version the harness accepts (logical decoding features used by pgcdc).
-pub(crate) const MIN_MAJOR: u32 = 15;
+/// The oldest major version accepted (logical decoding features used by pgcdc).
+pub const MIN_MAJOR: u32 = 15;
 
 /// A directory holding `initdb`, `pg_ctl` and `postgres` of one PostgreSQL version.
 #[derive(Debug, Clone)]
-pub(crate) struct PgBinaries {
-    pub(crate) bindir: PathBuf,
+pub struct PgBinaries {
+    /// The directory holding the programs.
+    pub bindir: PathBuf,
     /// Major version (15, 16, ...).
-    pub(crate) major: u32,
+    pub major: u32,
     /// `postgres --version` output, trimmed.
-    pub(crate) version: String,
+    pub version: String,
 }
 
 impl PgBinaries {
-    pub(crate) fn tool(&self, name: &str) -> PathBuf {
+    pub fn tool(&self, name: &str) -> PathBuf {
         self.bindir.join(name)
     }
 
@@ -30,19 +31,19 @@ impl PgBinaries {
     ///
     /// `PGCDC_PG_BINDIR` wins when set; otherwise the directories of `PATH` and
     /// `/usr/lib/postgresql/*/bin` are considered, newest version first.
-    pub(crate) fn find() -> Result<PgBinaries> {
+    pub fn find() -> Result<PgBinaries> {
         if let Some(dir) = std::env::var_os("PGCDC_PG_BINDIR") {
             let dir = PathBuf::from(dir);
             return match probe(&dir) {
                 Some(b) if b.major >= MIN_MAJOR => Ok(b),
-                Some(b) => Err(HarnessError::NoServer {
+                Some(b) => Err(EmbeddedError::NoServer {
                     reason: format!(
                         "PGCDC_PG_BINDIR={} holds PostgreSQL {}, need {MIN_MAJOR}+",
                         dir.display(),
                         b.major
                     ),
                 }),
-                None => Err(HarnessError::NoServer {
+                None => Err(EmbeddedError::NoServer {
                     reason: format!(
                         "PGCDC_PG_BINDIR={} has no working initdb/pg_ctl/postgres",
                         dir.display()
@@ -83,7 +84,7 @@ impl PgBinaries {
         found
             .into_iter()
             .next()
-            .ok_or_else(|| HarnessError::NoServer {
+            .ok_or_else(|| EmbeddedError::NoServer {
                 reason: if too_old.is_empty() {
                     "no initdb/pg_ctl/postgres on PATH or under /usr/lib/postgresql/*/bin"
                         .to_owned()
@@ -121,7 +122,7 @@ fn probe(dir: &Path) -> Option<PgBinaries> {
 }
 
 /// `postgres (PostgreSQL) 15.13 (Debian 15.13-0+deb12u1)` -> 15; `16beta1` -> 16.
-pub(crate) fn parse_major(version: &str) -> Option<u32> {
+pub fn parse_major(version: &str) -> Option<u32> {
     let rest = version.split("(PostgreSQL)").nth(1)?.trim_start();
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
@@ -129,27 +130,27 @@ pub(crate) fn parse_major(version: &str) -> Option<u32> {
 
 /// The OS account that runs initdb/pg_ctl/postgres.
 ///
-/// PostgreSQL refuses to run as root. When the test process is root the server
+/// PostgreSQL refuses to run as root. When the calling process is root the server
 /// programs run as the `postgres` system user (uid/gid set on the child through
 /// the safe `CommandExt` API); otherwise as the current user.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RunAs {
+pub struct RunAs {
     /// `Some((uid, gid))` when the programs must switch user.
     switch_to: Option<(u32, u32)>,
 }
 
 impl RunAs {
-    pub(crate) fn detect() -> Result<RunAs> {
+    pub fn detect() -> Result<RunAs> {
         if current_euid()? != 0 {
             return Ok(RunAs { switch_to: None });
         }
         let passwd = fs::read_to_string("/etc/passwd")
-            .map_err(|e| HarnessError::io("read", "/etc/passwd", e))?;
+            .map_err(|e| EmbeddedError::io("read", "/etc/passwd", e))?;
         match lookup_user(&passwd, "postgres") {
             Some(ids) => Ok(RunAs {
                 switch_to: Some(ids),
             }),
-            None => Err(HarnessError::NoServer {
+            None => Err(EmbeddedError::NoServer {
                 reason: "running as root, PostgreSQL refuses to run as root, and there is no \
                          `postgres` system user to run it as (installing the postgresql package \
                          creates one; or `useradd --system postgres`)"
@@ -159,7 +160,7 @@ impl RunAs {
     }
 
     /// A command that runs `program` as this user, in `cwd`.
-    pub(crate) fn command(&self, program: &Path, cwd: &Path) -> Command {
+    pub fn command(&self, program: &Path, cwd: &Path) -> Command {
         let mut cmd = Command::new(program);
         cmd.current_dir(cwd);
         // Deterministic, English server messages whatever the caller's locale.
@@ -171,10 +172,10 @@ impl RunAs {
     }
 
     /// Gives `path` to the server user (no-op when not switching user).
-    pub(crate) fn chown(&self, path: &Path) -> Result<()> {
+    pub fn chown(&self, path: &Path) -> Result<()> {
         if let Some((uid, gid)) = self.switch_to {
             std::os::unix::fs::chown(path, Some(uid), Some(gid))
-                .map_err(|e| HarnessError::io("chown", path, e))?;
+                .map_err(|e| EmbeddedError::io("chown", path, e))?;
         }
         Ok(())
     }
@@ -189,11 +190,11 @@ fn current_euid() -> Result<u32> {
     String::from_utf8_lossy(&out.stdout)
         .trim()
         .parse()
-        .map_err(|_| HarnessError::Config("`id -u` printed no number".to_owned()))
+        .map_err(|_| EmbeddedError::Unsuitable("`id -u` printed no number".to_owned()))
 }
 
 /// `name:x:uid:gid:...` lines of /etc/passwd.
-pub(crate) fn lookup_user(passwd: &str, name: &str) -> Option<(u32, u32)> {
+fn lookup_user(passwd: &str, name: &str) -> Option<(u32, u32)> {
     passwd.lines().find_map(|line| {
         let mut fields = line.split(':');
         if fields.next()? != name {
@@ -207,15 +208,15 @@ pub(crate) fn lookup_user(passwd: &str, name: &str) -> Option<(u32, u32)> {
 }
 
 /// Runs `cmd`, returning its output, or an error carrying stderr/stdout when it fails.
-pub(crate) fn run_output(cmd: &mut Command, display: &str) -> Result<Output> {
-    let out = cmd.output().map_err(|source| HarnessError::Spawn {
+pub fn run_output(cmd: &mut Command, display: &str) -> Result<Output> {
+    let out = cmd.output().map_err(|source| EmbeddedError::Spawn {
         program: display.to_owned(),
         source,
     })?;
     if out.status.success() {
         Ok(out)
     } else {
-        Err(HarnessError::CommandFailed {
+        Err(EmbeddedError::CommandFailed {
             command: display.to_owned(),
             status: out.status.to_string(),
             output: format!(
