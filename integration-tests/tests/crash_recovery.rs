@@ -134,6 +134,7 @@ async fn sigkill_torture_loses_nothing() {
         [[sinks]]
         type = "postgres"
         url = {target_url:?}
+        exactly_once = true
 
         [checkpoint]
         job = "torture"
@@ -386,6 +387,15 @@ async fn sigkill_torture_loses_nothing() {
         table,
         "the PostgreSQL sink equals the table"
     );
+    let progress: i64 = target_client
+        .query_one(
+            "SELECT count(*) FROM pgcdc.sink_progress WHERE sink = 'torture_slot'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(progress, 1, "the exactly-once sink recorded its progress");
 
     // The aggregate, from the newest checkpoint and in the target table.
     let latest = store.latest(&job).await.unwrap();

@@ -294,6 +294,14 @@ pub enum SinkConfig {
     Postgres {
         /// Target connection string (libpq key=value or URL; not logged).
         url: Secret,
+        /// Apply every event exactly once: the sink records its progress in
+        /// `pgcdc.sink_progress` on the target, in the same transaction as
+        /// its writes, and skips what it already applied.
+        #[serde(default)]
+        exactly_once: bool,
+        /// The name of its progress row (default: the slot name).
+        #[serde(default)]
+        name: Option<String>,
     },
     /// Discards events (benchmarks).
     Null,

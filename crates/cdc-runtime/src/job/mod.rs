@@ -126,7 +126,7 @@ pub async fn run(
 
     let mut sinks = Vec::with_capacity(config.sinks.len());
     for s in &config.sinks {
-        sinks.push(open_sink(s).await.map_err(JobError::Sink)?);
+        sinks.push(open_sink(s, &source.slot).await.map_err(JobError::Sink)?);
     }
     let operators = config
         .operators

@@ -47,8 +47,12 @@ pub use lines::{JsonLinesSink, StdoutSink};
 pub use null::NullSink;
 pub use postgres::{PgTableSink, PgTableSinkOptions, TableName};
 
-/// Opens the sink a `[[sinks]]` entry describes.
-pub async fn open_sink(config: &crate::config::SinkConfig) -> Result<Box<dyn Sink>, String> {
+/// Opens the sink a `[[sinks]]` entry describes (`default_name`: the name
+/// of an exactly-once PostgreSQL sink's progress row when none is configured).
+pub async fn open_sink(
+    config: &crate::config::SinkConfig,
+    default_name: &str,
+) -> Result<Box<dyn Sink>, String> {
     Ok(match config {
         crate::config::SinkConfig::Stdout { format } => Box::new(JsonLinesSink::stdout(
             crate::encoding::JsonEncoder::new(format.json_format()),
@@ -68,11 +72,22 @@ pub async fn open_sink(config: &crate::config::SinkConfig) -> Result<Box<dyn Sin
             .await
             .map_err(|e| format!("file sink: {e}"))?,
         ),
-        crate::config::SinkConfig::Postgres { url } => Box::new(
-            PgTableSink::connect(url.expose(), PgTableSinkOptions::default())
-                .await
-                .map_err(|e| format!("postgres sink: {e}"))?,
-        ),
+        crate::config::SinkConfig::Postgres {
+            url,
+            exactly_once,
+            name,
+        } => {
+            let mut options = PgTableSinkOptions::default();
+            if *exactly_once {
+                options =
+                    options.exactly_once(name.clone().unwrap_or_else(|| default_name.to_owned()));
+            }
+            Box::new(
+                PgTableSink::connect(url.expose(), options)
+                    .await
+                    .map_err(|e| format!("postgres sink: {e}"))?,
+            )
+        }
         crate::config::SinkConfig::Null => Box::new(NullSink::new()),
     })
 }

@@ -5,7 +5,7 @@ use std::error::Error as StdError;
 use std::fmt::Write as _;
 
 use bytes::BytesMut;
-use cdc_core::{Array, Value};
+use cdc_core::{Array, Lsn, Value};
 use tokio_postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
 use tokio_postgres::{Client, Statement};
 
@@ -49,12 +49,24 @@ pub struct PgTableSinkOptions {
     /// (needed for `REPLICA IDENTITY FULL` tables, whose every column is
     /// flagged as key). The target needs a unique index on exactly these.
     pub key_columns: HashMap<TableName, Vec<String>>,
+    /// Exactly-once: the name under which the sink records, in the same
+    /// transaction as its writes, the `(commit LSN, index)` of the last event
+    /// it applied (table `pgcdc.sink_progress` on the target). Events at or
+    /// before it are skipped, so a replay after a crash applies nothing twice.
+    pub progress: Option<String>,
 }
 
 impl PgTableSinkOptions {
     /// Sends changes of `source` to `target`.
     pub fn map_table(mut self, source: TableName, target: TableName) -> Self {
         self.tables.insert(source, target);
+        self
+    }
+
+    /// Applies every event exactly once, recording progress under `name`
+    /// (see [`progress`](Self::progress)).
+    pub fn exactly_once(mut self, name: impl Into<String>) -> Self {
+        self.progress = Some(name.into());
         self
     }
 
@@ -91,7 +103,18 @@ pub struct PgTableSink {
     statements: HashMap<String, Statement>,
     /// Primary-key column names of target tables (`None`: the table has none).
     target_keys: HashMap<TableName, Option<Vec<String>>>,
+    /// With exactly-once: the last `(commit LSN, index)` applied, once loaded
+    /// (`Some(None)`: nothing applied yet).
+    applied: Option<Option<(Lsn, u32)>>,
 }
+
+const PROGRESS_DDL: &str = "CREATE SCHEMA IF NOT EXISTS pgcdc; \
+     CREATE TABLE IF NOT EXISTS pgcdc.sink_progress (\
+         sink text PRIMARY KEY, commit_lsn pg_lsn NOT NULL, event_index bigint NOT NULL, \
+         updated_at timestamptz NOT NULL DEFAULT now())";
+const PROGRESS_UPSERT: &str = "INSERT INTO pgcdc.sink_progress (sink, commit_lsn, event_index) \
+     VALUES ($1, $2::pg_lsn, $3::bigint) ON CONFLICT (sink) DO UPDATE \
+     SET commit_lsn = EXCLUDED.commit_lsn, event_index = EXCLUDED.event_index, updated_at = now()";
 
 impl std::fmt::Debug for PgTableSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -111,7 +134,46 @@ impl PgTableSink {
             options,
             statements: HashMap::new(),
             target_keys: HashMap::new(),
+            applied: None,
         }
+    }
+
+    /// With exactly-once, the position recorded by earlier writes (loaded
+    /// once; the progress table is created if missing).
+    async fn load_progress(&mut self) -> Result<Option<(Lsn, u32)>, SinkError> {
+        let Some(name) = self.options.progress.clone() else {
+            return Ok(None);
+        };
+        if let Some(applied) = self.applied {
+            return Ok(applied);
+        }
+        let client = self.client.as_ref().ok_or(SinkError::Closed)?;
+        client.batch_execute(PROGRESS_DDL).await?;
+        let row = client
+            .query_opt(
+                "SELECT commit_lsn::text, event_index FROM pgcdc.sink_progress WHERE sink = $1",
+                &[&name],
+            )
+            .await?;
+        let applied = match row {
+            Some(r) => {
+                let lsn: String = r.get(0);
+                let index: i64 = r.get(1);
+                let lsn = lsn.parse::<Lsn>().map_err(|_| {
+                    SinkError::Malformed("pgcdc.sink_progress holds an invalid LSN")
+                })?;
+                let index = u32::try_from(index).map_err(|_| {
+                    SinkError::Malformed("pgcdc.sink_progress holds an invalid index")
+                })?;
+                Some((lsn, index))
+            }
+            None => None,
+        };
+        if let Some((lsn, index)) = applied {
+            tracing::info!(sink = %name, commit_lsn = %lsn, index, "postgres sink resumes after its recorded progress");
+        }
+        self.applied = Some(applied);
+        Ok(applied)
     }
 
     /// Looks up (once) the primary key of every target table in `batch`.
@@ -342,9 +404,27 @@ impl Sink for PgTableSink {
             return Err(SinkError::Closed);
         }
         self.learn_target_keys(batch).await?;
+        let applied = self.load_progress().await?;
+        // Exactly-once: what a previous write already committed is skipped.
+        let fresh = |ev: &&ChangeEvent| match applied {
+            Some(pos) => (ev.source.commit_lsn, ev.index) > pos,
+            None => true,
+        };
         let mut ops = Vec::new();
-        for ev in batch {
+        let mut last = None;
+        for ev in batch.iter().filter(fresh) {
             self.plan(ev, &mut ops)?;
+            last = Some((ev.source.commit_lsn, ev.index));
+        }
+        if let (Some(name), Some((lsn, index))) = (&self.options.progress, last) {
+            ops.push((
+                PROGRESS_UPSERT.to_owned(),
+                vec![
+                    TextParam(Some(name.clone())),
+                    TextParam(Some(lsn.to_string())),
+                    TextParam(Some(index.to_string())),
+                ],
+            ));
         }
         if ops.is_empty() {
             return Ok(());
@@ -373,6 +453,9 @@ impl Sink for PgTableSink {
         )
         .await?;
         tx.commit().await?;
+        if self.options.progress.is_some() && last.is_some() {
+            self.applied = Some(last);
+        }
         Ok(())
     }
 
@@ -387,6 +470,7 @@ impl Sink for PgTableSink {
         self.client = None;
         self.statements.clear();
         self.target_keys.clear();
+        self.applied = None;
         Ok(())
     }
 }
