@@ -622,3 +622,83 @@ async fn the_checkpoint_and_slot_commands_show_and_prune_checkpoints() {
     let (ok, text) = pgcdc(&job, &["checkpoints", "show", &id]).await;
     assert!(!ok, "a deleted checkpoint cannot be shown: {text}");
 }
+
+#[tokio::test]
+async fn from_checkpoint_resumes_from_an_older_one_and_drops_the_newer() {
+    init_logging();
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    create_orders(&client).await;
+    let job = Job::new(&db, "older", 100, 5, "");
+    let name = job.job_name();
+    let store = store(&db).await;
+    let running = job.spawn();
+    eventually("the slot", || async {
+        (!slot_confirmed(&client, "older_slot").await.is_invalid()).then_some(())
+    })
+    .await;
+    for chunk in 0..3 {
+        insert_orders(&client, chunk * 10, chunk * 10 + 10, 10).await;
+        await_checkpoint(&store, &name, current_wal(&client).await).await;
+    }
+    running.stop().await;
+    let list = store.list(&name).await.unwrap();
+    let oldest = list.first().unwrap().clone();
+    let newest = list.last().unwrap().clone();
+    assert!(oldest.id < newest.id);
+
+    // Resume from the oldest retained checkpoint: the newer ones go, the
+    // transactions after it are delivered again, the state ends up exact.
+    let (stop, stopped) = oneshot::channel::<()>();
+    let config = job.config.clone();
+    let from = oldest.id;
+    let task = tokio::spawn(async move {
+        job::run(
+            &config,
+            &RunOptions {
+                from_checkpoint: Some(from),
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        )
+        .await
+    });
+    eventually("the newer checkpoints to be replaced", || async {
+        let list = store.list(&name).await.unwrap();
+        (list.iter().all(|m| m.id == oldest.id || m.id > newest.id)
+            && list
+                .iter()
+                .any(|m| m.commit_end_lsn >= newest.commit_end_lsn && m.id > newest.id))
+        .then_some(())
+    })
+    .await;
+    let _ = stop.send(());
+    tokio::time::timeout(TIMEOUT, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let ids = inserted_ids(&job.events());
+    assert_eq!(ids.len(), 30, "every insert delivered");
+    assert!(
+        ids.values().any(|&n| n > 1),
+        "the replay delivered some again"
+    );
+    assert_eq!(
+        checkpointed_groups(&store, &name).await,
+        sql_groups(&client).await
+    );
+
+    // A checkpoint that does not exist is a clear error.
+    let err = job::run(
+        &job.config,
+        &RunOptions {
+            from_checkpoint: checkpoint_api::CheckpointId::new(9999),
+        },
+        std::future::pending(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("has no checkpoint 9999"), "{err}");
+}
