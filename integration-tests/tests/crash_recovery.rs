@@ -2,7 +2,8 @@
 //! workload, SIGKILLed at random moments and restarted each time. Afterwards
 //! nothing committed is missing, deduplication by `(commit LSN, event index)`
 //! gives exactly the committed changes, the PostgreSQL sink equals the
-//! table, the aggregate equals a SQL recomputation, and the slot was never
+//! table (in the same database as the checkpoints, exactly once), the
+//! aggregate equals a SQL recomputation, and the slot was never
 //! confirmed past the oldest retained checkpoint.
 // Test code: a failed step must fail the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -100,18 +101,22 @@ async fn groups(client: &Client, sql: &str) -> BTreeMap<Option<String>, Group> {
 #[tokio::test]
 async fn sigkill_torture_loses_nothing() {
     let db = TestPostgres::new_database().await.unwrap();
-    let target = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
-    let target_client = target.connect().await.unwrap();
+    // The PostgreSQL sink writes into the source database, beside the
+    // checkpoints: orders go to replica.orders, the aggregate to pgcdc.totals.
+    let target_client = db.connect().await.unwrap();
     let ddl = "CREATE TABLE orders (id bigint PRIMARY KEY, customer int, amount int)";
     client.batch_execute(ddl).await.unwrap();
     client
         .batch_execute("ALTER TABLE orders REPLICA IDENTITY FULL")
         .await
         .unwrap();
-    target_client.batch_execute(ddl).await.unwrap();
     target_client
-        .batch_execute("CREATE SCHEMA pgcdc; CREATE TABLE pgcdc.totals (key text PRIMARY KEY, count bigint, sum numeric)")
+        .batch_execute(
+            "CREATE SCHEMA replica; CREATE TABLE replica.orders (id bigint PRIMARY KEY, customer int, amount int);
+             CREATE SCHEMA IF NOT EXISTS pgcdc;
+             CREATE TABLE pgcdc.totals (key text PRIMARY KEY, count bigint, sum numeric)",
+        )
         .await
         .unwrap();
 
@@ -135,6 +140,7 @@ async fn sigkill_torture_loses_nothing() {
         type = "postgres"
         url = {target_url:?}
         exactly_once = true
+        tables = {{ "public.orders" = "replica.orders" }}
 
         [checkpoint]
         job = "torture"
@@ -151,7 +157,7 @@ async fn sigkill_torture_loses_nothing() {
         value = "amount"
         "#,
         events = events_path.display().to_string(),
-        target_url = target.connection_info().connection_string(),
+        target_url = db.connection_info().connection_string(),
     );
     let config = dir.join("pgcdc.toml");
     std::fs::write(&config, config_text).unwrap();
@@ -383,7 +389,7 @@ async fn sigkill_torture_loses_nothing() {
         "the deduplicated file sink replays to the table"
     );
     assert_eq!(
-        rows(&target_client, "orders").await,
+        rows(&target_client, "replica.orders").await,
         table,
         "the PostgreSQL sink equals the table"
     );

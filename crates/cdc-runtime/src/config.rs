@@ -302,6 +302,10 @@ pub enum SinkConfig {
         /// The name of its progress row (default: the slot name).
         #[serde(default)]
         name: Option<String>,
+        /// Target tables by source table (`"public.orders" = "replica.orders"`);
+        /// tables not listed go to the same name on the target.
+        #[serde(default)]
+        tables: std::collections::BTreeMap<String, String>,
     },
     /// Discards events (benchmarks).
     Null,

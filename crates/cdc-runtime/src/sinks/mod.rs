@@ -76,8 +76,17 @@ pub async fn open_sink(
             url,
             exactly_once,
             name,
+            tables,
         } => {
             let mut options = PgTableSinkOptions::default();
+            for (source, target) in tables {
+                let parse = |t: &str| {
+                    crate::config::TableRef::parse(t)
+                        .map(|t| TableName::new(t.schema, t.table))
+                        .map_err(|e| format!("postgres sink tables: {e}"))
+                };
+                options = options.map_table(parse(source)?, parse(target)?);
+            }
             if *exactly_once {
                 options =
                     options.exactly_once(name.clone().unwrap_or_else(|| default_name.to_owned()));
