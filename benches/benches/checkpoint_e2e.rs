@@ -25,6 +25,7 @@
 //! `cargo bench -p pgcdc-benches --bench checkpoint_e2e`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use pgcdc_benches::{median, noise};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -57,50 +58,11 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn noise(len: usize, seed: u64) -> Bytes {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    Bytes::from(out)
-}
-
 /// The replication settings of `db` (through a `pgcdc.toml`, as `pgcdc run` gets them).
 fn replication_config(db: &TestDatabase) -> ReplicationConfig {
-    let password = db
-        .password()
-        .map(|p| format!("password = {p:?}\n"))
-        .unwrap_or_default();
     let text = format!(
-        r#"
-        [source]
-        host = {host:?}
-        port = {port}
-        database = {dbname:?}
-        user = {user:?}
-        {password}
-        sslmode = "disable"
-        tables = ["public.rows"]
-        slot = "unused"
-        publication = "{PUBLICATION}"
-
-        [[sinks]]
-        type = "null"
-        "#,
-        host = db.host(),
-        port = db.port(),
-        dbname = db.name(),
-        user = db.user(),
+        "{}\n[[sinks]]\ntype = \"null\"\n",
+        db.source_toml(&["public.rows"], "unused", PUBLICATION)
     );
     Config::parse(&text)
         .unwrap()
@@ -551,7 +513,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 async fn recovery(db: &TestDatabase, client: &Client, reps: usize, size: usize) -> Recovery {
-    let state = noise(size, 42);
+    let state = Bytes::from(noise(size, 42));
     let (mut load, mut restore, mut stream, mut total) = (vec![], vec![], vec![], vec![]);
     for rep in 0..reps {
         eprintln!("recovery rep {rep} ({size} bytes of state)...");
@@ -590,7 +552,7 @@ async fn run() {
         .unwrap();
     let started = Instant::now();
     let operator_mib = env_or("PGCDC_E2E_OPERATOR_MIB", 0);
-    let extra_state = noise(operator_mib * MIB, 7);
+    let extra_state = Bytes::from(noise(operator_mib * MIB, 7));
     let t = throughput(&db, &client, reps, &extra_state).await;
     let r = recovery(&db, &client, reps, state_mib * MIB).await;
     let base = recovery(&db, &client, reps, 1024).await;

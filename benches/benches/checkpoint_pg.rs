@@ -15,6 +15,7 @@
 //! the repetitions of each big-state measurement (the median is reported).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use pgcdc_benches::{median, noise};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -32,26 +33,8 @@ use tokio_postgres::Client;
 
 const MIB: usize = 1 << 20;
 
-fn noise(len: usize, seed: u64) -> Bytes {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    Bytes::from(out)
-}
-
 fn mbps(bytes: usize, d: Duration) -> f64 {
     bytes as f64 / 1e6 / d.as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -91,7 +74,7 @@ struct Raw {
 const SMALL_REPS: usize = 20;
 
 async fn raw(client: &mut Client, reps: usize) -> Raw {
-    let blob = noise(256 * MIB, 7);
+    let blob = Bytes::from(noise(256 * MIB, 7));
     let (mut lw, mut lr, mut cw, mut cr) = (vec![], vec![], vec![], vec![]);
     for _ in 0..reps {
         // Large object, 1 MiB lo_put calls, one transaction.
@@ -192,7 +175,7 @@ async fn big(store: &PgCheckpointStore, size: usize, reps: usize, raw: Option<&C
         .acquire_lease(&job, &OwnerId::new("bench").unwrap())
         .await
         .unwrap();
-    let state = noise(size, size as u64);
+    let state = Bytes::from(noise(size, size as u64));
     let statements = match raw {
         Some(client) => Some((
             client
@@ -262,8 +245,8 @@ async fn tiny(store: &PgCheckpointStore, client: &Client) -> Tiny {
         )
         .await
         .unwrap();
-    let state = noise(200, 1);
-    let value = noise(300, 3);
+    let state = Bytes::from(noise(200, 1));
+    let value = Bytes::from(noise(300, 3));
     let mut saves = Vec::with_capacity(1000);
     let mut upserts = Vec::with_capacity(1000);
     for n in 1..=1100u64 {

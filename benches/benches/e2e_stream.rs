@@ -27,6 +27,7 @@
 //! (default 20,000 transactions of 10 rows).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use pgcdc_benches::median;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -249,11 +250,6 @@ fn contender_command(c: Contender, t: &Target<'_>, slot: &str) -> Command {
             cmd
         }
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 async fn end_lsn(client: &Client) -> Lsn {

@@ -1,1 +1,22 @@
 //! Shared helpers for pgcdc benchmarks.
+
+/// The median of `v` (the upper one for an even count; NaN when empty).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// `len` pseudo-random, incompressible bytes from `seed` (xorshift64), so a
+/// state is as big stored as in memory.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
