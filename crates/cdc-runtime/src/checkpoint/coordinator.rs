@@ -20,12 +20,6 @@ struct Prepared {
     needs_ack: Lsn,
 }
 
-/// What a finished save reports.
-struct Saved {
-    meta: CheckpointMeta,
-    retained: Vec<CheckpointMeta>,
-}
-
 /// The checkpoint state machine of one pipeline run.
 pub(crate) struct Coordinator {
     store: Arc<dyn CheckpointStore>,
@@ -37,7 +31,11 @@ pub(crate) struct Coordinator {
     bytes_since: u64,
     due: bool,
     prepared: Option<Prepared>,
-    saving: Option<JoinHandle<Result<Saved, CheckpointError>>>,
+    saving: Option<JoinHandle<Result<CheckpointMeta, CheckpointError>>>,
+    /// The job's stored checkpoints, oldest first: those recovery found, plus
+    /// every save, less retention. Only this job (holding its lock and lease)
+    /// writes them, so they are tracked here instead of listed per save.
+    retained: Vec<CheckpointMeta>,
     confirmable: Lsn,
     stats: CheckpointStats,
 }
@@ -54,7 +52,8 @@ impl Coordinator {
             store: opts.store.clone(),
             lease: opts.lease.clone(),
             next_id: opts.next_id,
-            confirmable: opts.confirmable,
+            confirmable: opts.confirm.position(&opts.retained),
+            retained: opts.retained.clone(),
             template,
             last_taken: Instant::now(),
             bytes_since: 0,
@@ -180,8 +179,7 @@ impl Coordinator {
         self.saving = Some(tokio::spawn(async move {
             let meta = store.save(&lease, &prepared.checkpoint).await?;
             store.retain(&lease, keep).await?;
-            let retained = store.list(lease.job()).await?;
-            Ok(Saved { meta, retained })
+            Ok(meta)
         }));
     }
 
@@ -201,26 +199,33 @@ impl Coordinator {
 
     /// Applies the outcome of a save: on success the slot may move; on
     /// failure the next interval retries. Only fencing is fatal.
-    fn finish(&mut self, result: Result<Saved, CheckpointError>) -> Result<(), CheckpointError> {
+    fn finish(
+        &mut self,
+        result: Result<CheckpointMeta, CheckpointError>,
+    ) -> Result<(), CheckpointError> {
         match result {
-            Ok(saved) => {
+            Ok(meta) => {
+                self.retained.push(meta.clone());
+                let excess = self.retained.len().saturating_sub(self.opts.keep);
+                self.retained.drain(..excess);
+                let saved = meta;
                 // Never past the checkpoint just saved, and never back.
                 let allowed = self
                     .opts
                     .confirm
-                    .position(&saved.retained)
-                    .min(saved.meta.commit_end_lsn);
+                    .position(&self.retained)
+                    .min(saved.commit_end_lsn);
                 if allowed > self.confirmable {
                     self.confirmable = allowed;
                 }
                 self.stats.saved += 1;
-                self.stats.last_id = Some(saved.meta.id);
-                self.stats.last_lsn = saved.meta.commit_end_lsn;
+                self.stats.last_id = Some(saved.id);
+                self.stats.last_lsn = saved.commit_end_lsn;
                 tracing::info!(
-                    id = %saved.meta.id,
-                    lsn = %saved.meta.commit_end_lsn,
-                    bytes = saved.meta.stored_bytes,
-                    retained = saved.retained.len(),
+                    id = %saved.id,
+                    lsn = %saved.commit_end_lsn,
+                    bytes = saved.stored_bytes,
+                    retained = self.retained.len(),
                     confirmable = %self.confirmable,
                     "checkpoint saved"
                 );

@@ -96,8 +96,9 @@ pub struct CheckpointOptions {
     pub resume: Option<Checkpoint>,
     /// The id of the next checkpoint (greater than every stored one).
     pub next_id: CheckpointId,
-    /// The position the retained checkpoints already allow to confirm.
-    pub confirmable: Lsn,
+    /// The job's stored checkpoints at start, oldest first (what recovery
+    /// left); the slot may be confirmed as far as these allow.
+    pub retained: Vec<CheckpointMeta>,
     /// Stored with every checkpoint (opaque; at most 1 KiB).
     pub config_fingerprint: Bytes,
 }
@@ -114,7 +115,7 @@ impl CheckpointOptions {
             confirm: ConfirmPolicy::default(),
             resume: None,
             next_id: CheckpointId::FIRST,
-            confirmable: Lsn::INVALID,
+            retained: Vec::new(),
             config_fingerprint: Bytes::new(),
         }
     }

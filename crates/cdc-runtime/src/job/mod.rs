@@ -160,7 +160,7 @@ pub async fn run(
                 max_bytes: cc.max_bytes,
                 keep: cc.keep,
                 confirm,
-                confirmable: confirm.position(&recovered.retained),
+                retained: recovered.retained,
                 resume: recovered.checkpoint.map(|c| c.checkpoint),
                 next_id: recovered.next_id,
                 config_fingerprint: bytes::Bytes::new(),
