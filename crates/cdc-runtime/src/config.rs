@@ -133,6 +133,15 @@ pub enum ConfigFileError {
     },
 }
 
+/// An environment variable's boolean (`true/1/yes/on`, `false/0/no/off`).
+fn env_bool(key: &'static str, v: String) -> Result<bool, ConfigFileError> {
+    match v.as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(invalid(key, format!("{v:?} is not a boolean"))),
+    }
+}
+
 fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigFileError {
     ConfigFileError::Invalid {
         key: key.into(),
@@ -395,18 +404,11 @@ impl Config {
         if let Some(v) = var("publication") {
             s.publication = v;
         }
-        let boolean = |key: &'static str, v: String| -> Result<bool, ConfigFileError> {
-            match v.as_str() {
-                "true" | "1" | "yes" | "on" => Ok(true),
-                "false" | "0" | "no" | "off" => Ok(false),
-                _ => Err(invalid(key, format!("{v:?} is not a boolean"))),
-            }
-        };
         if let Some(v) = var("create_slot") {
-            s.create_slot = boolean("PGCDC_SOURCE_CREATE_SLOT", v)?;
+            s.create_slot = env_bool("PGCDC_SOURCE_CREATE_SLOT", v)?;
         }
         if let Some(v) = var("create_publication") {
-            s.create_publication = boolean("PGCDC_SOURCE_CREATE_PUBLICATION", v)?;
+            s.create_publication = env_bool("PGCDC_SOURCE_CREATE_PUBLICATION", v)?;
         }
         if let Some(v) = var("start_lsn") {
             s.start_lsn = Some(v);

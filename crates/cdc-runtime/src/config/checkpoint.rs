@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{invalid, ConfigFileError, Secret, SourceConfig};
+use super::{env_bool, invalid, ConfigFileError, Secret, SourceConfig};
 use crate::checkpoint::{ConfirmPolicy, DEFAULT_INTERVAL, DEFAULT_KEEP};
 use crate::operators::{KeyedAggregate, KeyedAggregateSpec, Operator, TableCounters};
 
@@ -144,7 +144,7 @@ impl CheckpointConfig {
             };
         }
         if let Some(v) = var("trust_slot") {
-            self.trust_slot = matches!(v.as_str(), "true" | "1" | "yes" | "on");
+            self.trust_slot = env_bool("PGCDC_CHECKPOINT_TRUST_SLOT", v)?;
         }
         Ok(())
     }
