@@ -82,6 +82,11 @@ impl Pgcdc {
     /// Starts `pgcdc run --config <config>`; stderr goes to `<config>.stderr`
     /// and stdout is discarded.
     pub fn run(config: &Path) -> Result<Pgcdc> {
+        Self::run_with_log(config, "info")
+    }
+
+    /// [`run`](Self::run) with the log filter `RUST_LOG=<filter>`.
+    pub fn run_with_log(config: &Path, filter: &str) -> Result<Pgcdc> {
         let stderr_path = config.with_extension("stderr");
         let stderr = std::fs::File::create(&stderr_path)
             .map_err(|e| HarnessError::io("create", &stderr_path, e))?;
@@ -89,7 +94,9 @@ impl Pgcdc {
             .to_str()
             .ok_or_else(|| HarnessError::Config(format!("{} is not UTF-8", config.display())))?;
         let mut cmd = command(&["run", "--config", config_arg])?;
-        cmd.stdout(Stdio::null()).stderr(stderr);
+        cmd.env("RUST_LOG", filter)
+            .stdout(Stdio::null())
+            .stderr(stderr);
         let child = cmd.spawn().map_err(|source| HarnessError::Spawn {
             program: "pgcdc run".to_owned(),
             source,

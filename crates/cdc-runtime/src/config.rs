@@ -36,6 +36,11 @@
 //! [[operators]]
 //! type = "table_counters"
 //! id = "counts"
+//!
+//! [snapshot]
+//! mode = "initial"              # initial | latest | snapshot_only | from_lsn
+//! chunk_size = 8192             # rows per chunk of a table with a key
+//! readers = 2                   # chunks read at once
 //! ```
 //!
 //! # Environment overrides
@@ -62,8 +67,10 @@ use crate::encoding::{DebeziumOptions, JsonFormat};
 use crate::replication::{ReplicationConfig, RootCertSource, SslMode};
 
 mod checkpoint;
+mod snapshot;
 
 pub use checkpoint::{CheckpointConfig, ConfirmSetting, OperatorConfig};
+pub use snapshot::{ModeSetting, SnapshotConfig};
 
 /// The default number of change events per batch.
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
@@ -166,6 +173,9 @@ pub struct Config {
     /// Stateful operators, run in order before the sinks.
     #[serde(default)]
     pub operators: Vec<OperatorConfig>,
+    /// The startup mode and the initial snapshot.
+    #[serde(default)]
+    pub snapshot: SnapshotConfig,
 }
 
 /// `[source]`.
@@ -442,6 +452,7 @@ impl Config {
         if let Some(c) = self.checkpoint.as_mut() {
             c.apply_env(&env)?;
         }
+        self.snapshot.apply_env(&env)?;
         Ok(())
     }
 
@@ -481,6 +492,7 @@ impl Config {
             return Err(invalid("pipeline.channel_capacity", "must be positive"));
         }
         self.start_lsn()?;
+        self.snapshot.check(s.start_lsn.is_some())?;
         if let Some(c) = &self.checkpoint {
             c.check()?;
             checkpoint_api::JobName::new(c.job_name(s))
@@ -497,6 +509,11 @@ impl Config {
             SslMode::from_str(mode).map_err(|e| invalid("source.sslmode", e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// How the job starts when no checkpoint says where it is.
+    pub fn startup_mode(&self) -> Result<crate::snapshot::StartupMode, ConfigFileError> {
+        self.snapshot.startup_mode(self.source.start_lsn.is_some())
     }
 
     /// The configured start position, if any.

@@ -113,4 +113,5 @@ pub mod quickstart;
 pub mod replication;
 pub mod setup;
 pub mod sinks;
+pub mod snapshot;
 pub mod tls_connect;

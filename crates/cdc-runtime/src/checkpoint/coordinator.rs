@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime};
 use cdc_core::Lsn;
 use checkpoint_api::{
     Checkpoint, CheckpointError, CheckpointId, CheckpointMeta, CheckpointStore, Lease,
-    OperatorState, ProtocolOptions, Regression, SourcePosition, Timestamp,
+    OperatorState, ProtocolOptions, Regression, SnapshotProgress, SourcePosition, Timestamp,
 };
 use tokio::task::JoinHandle;
 
@@ -38,6 +38,9 @@ pub(crate) struct Coordinator {
     retained: Vec<CheckpointMeta>,
     confirmable: Lsn,
     stats: CheckpointStats,
+    /// Snapshot progress the next capture records (carried over from the
+    /// resumed checkpoint until the pipeline sets it).
+    snapshot: Option<SnapshotProgress>,
 }
 
 impl Coordinator {
@@ -61,8 +64,14 @@ impl Coordinator {
             prepared: None,
             saving: None,
             stats: CheckpointStats::default(),
+            snapshot: opts.resume.as_ref().and_then(|c| c.snapshot.clone()),
             opts,
         }
+    }
+
+    /// The initial snapshot's progress, recorded by the next capture.
+    pub(crate) fn set_snapshot(&mut self, progress: SnapshotProgress) {
+        self.snapshot = Some(progress);
     }
 
     /// The checkpoint to resume from, if any.
@@ -151,6 +160,7 @@ impl Coordinator {
             source,
         );
         checkpoint.operators = states;
+        checkpoint.snapshot = self.snapshot.clone();
         checkpoint.config_fingerprint = self.opts.config_fingerprint.clone();
         self.next_id = self.next_id.next().unwrap_or(self.next_id);
         self.prepared = Some(Prepared {

@@ -157,6 +157,61 @@ impl EventConverter {
         })
     }
 
+    /// Source metadata of rows the snapshot emits between transactions, at
+    /// `lsn` (no transaction: xid 0, no commit time).
+    pub(crate) fn snapshot_source(&self, lsn: Lsn) -> SourceInfo {
+        SourceInfo {
+            commit_lsn: lsn,
+            lsn,
+            xid: 0,
+            commit_time: None,
+            database: self.database.clone(),
+            slot: self.slot.clone(),
+        }
+    }
+
+    /// Appends `rows` of `table`, read by the initial snapshot and merged
+    /// into the open transaction, as `r` events numbered after its events.
+    pub(crate) fn push_reads(
+        &mut self,
+        table: &Arc<TableSchema>,
+        rows: Vec<RowValues>,
+        out: &mut Vec<ChangeEvent>,
+    ) -> Result<usize, ConvertError> {
+        let open = self.open.ok_or(ConvertError::NoTransaction {
+            what: "snapshot rows",
+        })?;
+        let source = SourceInfo {
+            commit_lsn: open.commit_lsn,
+            lsn: open.commit_lsn,
+            xid: open.xid,
+            commit_time: Some(open.commit_time),
+            database: self.database.clone(),
+            slot: self.slot.clone(),
+        };
+        let n = rows.len();
+        let mut next = open.next_index;
+        out.reserve(n);
+        for row in rows {
+            let mut ev = row_event(
+                Operation::Read,
+                table.clone(),
+                None,
+                Some(row),
+                source.clone(),
+            );
+            ev.index = next;
+            next = next
+                .checked_add(1)
+                .ok_or(ConvertError::TooManyEvents { xid: open.xid })?;
+            out.push(ev);
+        }
+        if let Some(o) = self.open.as_mut() {
+            o.next_index = next;
+        }
+        Ok(n)
+    }
+
     /// Converts one event, appending the change events it yields to `out`
     /// (none for Begin/Commit/Origin, one per row change or message, one per
     /// table of a Truncate). Returns how many were appended.

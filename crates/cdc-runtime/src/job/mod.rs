@@ -32,6 +32,8 @@ use crate::pipeline::{Pipeline, PipelineError, PipelineOptions, Progress};
 use crate::replication::{ReplicationConnection, ReplicationError};
 use crate::setup::{prepare, SetupError, SetupMode};
 use crate::sinks::open_sink;
+use crate::snapshot::{SnapshotError, SnapshotPlan, SnapshotState, StartupMode};
+use crate::tls_connect::PgClientSettings;
 
 pub use lock::{JobLock, LockError};
 pub use store::{open_store, store_connection};
@@ -71,6 +73,9 @@ pub enum JobError {
     /// The pipeline stopped with an error.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    /// The initial snapshot could not be planned.
+    #[error("initial snapshot: {0}")]
+    Snapshot(#[from] SnapshotError),
 }
 
 /// Runs the job `config` describes until `shutdown` completes (then: final
@@ -81,6 +86,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Progress, JobError> {
     let source = &config.source;
+    let mode = config.startup_mode()?;
     let rc = source.replication_config()?;
     tracing::info!(connection = %rc, "connecting");
     let mut conn = ReplicationConnection::connect(&rc).await?;
@@ -121,8 +127,30 @@ pub async fn run(
         .into());
     }
 
-    prepare(&mut conn, source, SetupMode::Create).await?;
+    let report = prepare(&mut conn, source, SetupMode::Create).await?;
     let _ = conn.close().await;
+
+    // A restored checkpoint decides: continue its snapshot if unfinished.
+    // Otherwise the mode does; without checkpoints nothing records that a
+    // snapshot finished, so it is taken only with a new slot.
+    let snapshot_wanted = match checkpointing.as_ref().map(|c| &c.2.checkpoint) {
+        Some(Some(cp)) => cp.checkpoint.snapshot.as_ref().is_some_and(|p| !p.complete),
+        Some(None) => mode.snapshots(),
+        None if mode.snapshots() && !report.created_slot => {
+            tracing::info!(slot = %source.slot, "the slot exists and no checkpoint records a snapshot: streaming without one");
+            false
+        }
+        None => mode.snapshots(),
+    };
+    let snapshot = if snapshot_wanted {
+        Some(snapshot_plan(config, &rc).await?)
+    } else {
+        None
+    };
+    if mode == StartupMode::SnapshotOnly && snapshot.is_none() {
+        tracing::info!("snapshot_only: there is no snapshot to take; stopping");
+        return Ok(Progress::default());
+    }
 
     let mut sinks = Vec::with_capacity(config.sinks.len());
     for s in &config.sinks {
@@ -134,8 +162,11 @@ pub async fn run(
         .map(|o| o.build())
         .collect::<Result<Vec<_>, _>>()?;
 
-    let mut po = PipelineOptions::new(rc, &source.slot, &source.publication);
-    po.start_lsn = config.start_lsn()?;
+    let mut po = PipelineOptions::new(rc.clone(), &source.slot, &source.publication);
+    po.start_lsn = match mode {
+        StartupMode::FromLsn => config.start_lsn()?,
+        _ => None,
+    };
     po.batch_size = config.pipeline.batch_size;
     po.byte_budget = config.pipeline.byte_budget;
     if let Some(dir) = &config.pipeline.spill_dir {
@@ -145,7 +176,7 @@ pub async fn run(
     po.channel_capacity = config.pipeline.channel_capacity;
 
     let mut _lock = None;
-    let pipeline = match checkpointing {
+    let mut pipeline = match checkpointing {
         Some((store, lock, recovered, cc)) => {
             _lock = Some(lock);
             // A restored checkpoint wins over a configured start position.
@@ -171,10 +202,57 @@ pub async fn run(
         }
         None => Pipeline::new(po, sinks).with_operators(operators),
     };
-    let progress = pipeline.run(shutdown).await?;
+    if let Some(plan) = snapshot {
+        pipeline = pipeline.with_snapshot(plan);
+    }
+    let progress = if mode == StartupMode::SnapshotOnly {
+        // Stop once the snapshot is complete (the final checkpoint records it).
+        let mut watch = pipeline.progress();
+        let done = async move {
+            let _ = watch
+                .wait_for(|p| p.snapshot == SnapshotState::Complete)
+                .await;
+        };
+        let progress = pipeline
+            .run(async {
+                tokio::select! {
+                    _ = shutdown => {}
+                    _ = done => tracing::info!("snapshot_only: the snapshot is complete; stopping"),
+                }
+            })
+            .await?;
+        if progress.snapshot == SnapshotState::Complete && report.created_slot {
+            let mut conn = ReplicationConnection::connect(&rc).await?;
+            conn.drop_replication_slot(&source.slot, true).await?;
+            let _ = conn.close().await;
+            tracing::info!(slot = %source.slot, "snapshot_only: dropped the slot created for it");
+        }
+        progress
+    } else {
+        pipeline.run(shutdown).await?
+    };
     tracing::info!(confirmed = %progress.confirmed, events = progress.events,
         reconnects = progress.reconnects, checkpoints = progress.checkpoints.saved, "stopped cleanly");
     Ok(progress)
+}
+
+/// The published tables, read from the source's catalog.
+async fn snapshot_plan(
+    config: &Config,
+    rc: &crate::replication::ReplicationConfig,
+) -> Result<SnapshotPlan, JobError> {
+    let settings = PgClientSettings::new(rc).map_err(|e| SnapshotError::Connect(e.to_string()))?;
+    let client = crate::snapshot::connect(&settings).await?;
+    let tables = crate::snapshot::published_tables(
+        &client,
+        std::slice::from_ref(&config.source.publication),
+    )
+    .await?;
+    Ok(SnapshotPlan {
+        tables,
+        replication: rc.clone(),
+        options: config.snapshot.options(),
+    })
 }
 
 /// Who this process is, as the checkpoint lease records it.

@@ -33,6 +33,9 @@ pub enum PipelineError {
     /// An operator's state in the checkpoint could not be restored.
     #[error("restoring operator state: {0}")]
     Restore(checkpoint_api::OperatorStateError),
+    /// The initial snapshot failed.
+    #[error("initial snapshot: {0}")]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
     /// A sink task stopped unexpectedly (panicked or was cancelled).
     #[error("a sink task stopped unexpectedly")]
     SinkStopped,

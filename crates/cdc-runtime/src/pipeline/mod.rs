@@ -90,6 +90,7 @@ use crate::replication::{
     PgOutputOptions, ReplicationConfig, ReplicationConnection, ReplicationError, ReplicationStream,
 };
 use crate::sinks::{Sink, SinkError};
+use crate::snapshot::{FromFallback, Snapshot, SnapshotPlan, SnapshotState, WATERMARK_PREFIX};
 
 pub use error::PipelineError;
 use sink_task::{run_sink, Batch};
@@ -208,6 +209,8 @@ pub struct Progress {
     pub reconnects: u32,
     /// Checkpoints taken (all zero without checkpoints).
     pub checkpoints: CheckpointStats,
+    /// The initial snapshot.
+    pub snapshot: SnapshotState,
 }
 
 /// A configured pipeline; [`run`](Self::run) streams until shutdown or a
@@ -217,6 +220,7 @@ pub struct Pipeline {
     sinks: Vec<Box<dyn Sink>>,
     operators: Vec<Box<dyn Operator>>,
     checkpoints: Option<CheckpointOptions>,
+    snapshot: Option<SnapshotPlan>,
     progress: watch::Sender<Progress>,
 }
 
@@ -227,6 +231,7 @@ impl std::fmt::Debug for Pipeline {
             .field("sinks", &self.sinks.len())
             .field("operators", &self.operators.len())
             .field("checkpoints", &self.checkpoints.is_some())
+            .field("snapshot", &self.snapshot.is_some())
             .finish()
     }
 }
@@ -247,6 +252,7 @@ struct Shared {
     received: Lsn,
     events: u64,
     reconnects: u32,
+    snapshot: SnapshotState,
     progress: watch::Sender<Progress>,
 }
 
@@ -302,6 +308,7 @@ impl Shared {
                 .as_ref()
                 .map(Coordinator::stats)
                 .unwrap_or_default(),
+            snapshot: self.snapshot,
         });
     }
 
@@ -370,6 +377,7 @@ impl Pipeline {
             sinks,
             operators: Vec::new(),
             checkpoints: None,
+            snapshot: None,
             progress,
         }
     }
@@ -388,6 +396,14 @@ impl Pipeline {
         self
     }
 
+    /// Takes the initial snapshot of `plan`'s tables while streaming,
+    /// continuing the progress of the checkpoint it resumes from (none if
+    /// that checkpoint's snapshot is complete). See [`crate::snapshot`].
+    pub fn with_snapshot(mut self, plan: SnapshotPlan) -> Self {
+        self.snapshot = Some(plan);
+        self
+    }
+
     /// Watches the pipeline's progress.
     pub fn progress(&self) -> watch::Receiver<Progress> {
         self.progress.subscribe()
@@ -402,6 +418,7 @@ impl Pipeline {
             sinks,
             mut operators,
             checkpoints,
+            snapshot,
             progress,
         } = self;
         if sinks.is_empty() {
@@ -414,6 +431,28 @@ impl Pipeline {
             restore_operators(resume, &mut operators)?;
             start = start.or(Some(resume.source.commit_end_lsn));
         }
+        let resumed_snapshot = coordinator
+            .as_ref()
+            .and_then(Coordinator::resume)
+            .and_then(|c| c.snapshot.as_ref());
+        let snapshot = match snapshot {
+            Some(_) if resumed_snapshot.is_some_and(|p| p.complete) => None,
+            Some(plan) => {
+                let s = Snapshot::new(
+                    plan.tables,
+                    plan.replication,
+                    plan.options,
+                    resumed_snapshot,
+                )?;
+                Some(s)
+            }
+            None => None,
+        };
+        let snapshot_state = match &snapshot {
+            None => SnapshotState::None,
+            Some(s) if s.is_complete() => SnapshotState::Complete,
+            Some(_) => SnapshotState::Running,
+        };
         let mut shared = Shared {
             senders: Vec::new(),
             acks: Vec::new(),
@@ -425,6 +464,7 @@ impl Pipeline {
             received: Lsn::INVALID,
             events: 0,
             reconnects: 0,
+            snapshot: snapshot_state,
             progress,
         };
         for sink in sinks {
@@ -449,6 +489,7 @@ impl Pipeline {
             processed: start.unwrap_or(Lsn::INVALID),
             idle_position: Lsn::INVALID,
             skipping: false,
+            snapshot,
             spill: Spiller::new(
                 options.spill_dir.clone(),
                 &options.slot,
@@ -497,6 +538,7 @@ impl Pipeline {
         // transactions.
         let final_position = source.final_position();
         let operators = std::mem::take(&mut source.operators);
+        let snapshot_progress = source.snapshot.as_ref().map(Snapshot::progress);
         drop(source);
         // Shutdown: close the channels, let every sink drain, flush and close.
         shared.senders.clear();
@@ -508,6 +550,9 @@ impl Pipeline {
             }
         }
         if let Some(c) = shared.coordinator.as_mut() {
+            if let Some(p) = snapshot_progress {
+                c.set_snapshot(p);
+            }
             c.finish_final(final_position, &operators)
                 .await
                 .map_err(PipelineError::Checkpoint)?;
@@ -563,6 +608,8 @@ struct Source<'o> {
     idle_position: Lsn,
     /// Inside a transaction that ended at or before `processed`.
     skipping: bool,
+    /// The initial snapshot, while it runs.
+    snapshot: Option<Snapshot>,
     spill: Spiller,
 }
 
@@ -641,6 +688,7 @@ impl Source<'_> {
                 Some(joined) = shared.tasks.join_next() => {
                     return Err(Shared::sink_failure(joined));
                 }
+                e = snapshot_failed(&mut self.snapshot) => return Err(PipelineError::Snapshot(e)),
                 saved = checkpoint_saved(&mut shared.coordinator), if saving => {
                     saved.map_err(PipelineError::Checkpoint)?;
                     // Let the slot move right away.
@@ -705,6 +753,7 @@ impl Source<'_> {
                 }
                 let msg = decoder.decode(x.data)?;
                 if let Some(event) = self.assembler.handle_message(msg)? {
+                    self.before_event(shared, stream, ticker, &event).await?;
                     self.convert(shared, &event, x.wal_start)?;
                 }
                 // Spill past the byte budget; ship released and replayed
@@ -712,6 +761,7 @@ impl Source<'_> {
                 loop {
                     self.spill.after_message(&mut self.assembler).await?;
                     while let Some(event) = self.assembler.poll_event() {
+                        self.before_event(shared, stream, ticker, &event).await?;
                         self.convert(shared, &event, x.wal_start)?;
                         self.ship_full(shared, stream, ticker).await?;
                     }
@@ -721,7 +771,10 @@ impl Source<'_> {
                     let mut file = self.spill.reader(replay.xid()).await?;
                     while let Some(record) = file.next().await? {
                         match replay.record(record) {
-                            Ok(Some(event)) => self.convert(shared, &event, x.wal_start)?,
+                            Ok(Some(event)) => {
+                                self.before_event(shared, stream, ticker, &event).await?;
+                                self.convert(shared, &event, x.wal_start)?
+                            }
                             Ok(None) => {}
                             Err(e) => return Err(file.corrupt(e).into()),
                         }
@@ -732,6 +785,122 @@ impl Source<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Before a transaction that commits at or after the consistent point
+    /// of the snapshot's consistent read, emits the rows of that read.
+    async fn before_event(
+        &mut self,
+        shared: &mut Shared,
+        stream: &mut ReplicationStream,
+        ticker: &mut tokio::time::Interval,
+        event: &TxnEvent<'_>,
+    ) -> Result<(), PipelineError> {
+        let TxnEvent::Begin(begin) = event else {
+            return Ok(());
+        };
+        if begin.final_lsn < self.processed
+            || !self
+                .snapshot
+                .as_ref()
+                .is_some_and(Snapshot::fallback_running)
+        {
+            return Ok(());
+        }
+        // Wait for the consistent point (the reader is creating its slot).
+        let point = loop {
+            if let Some(p) = self.snapshot.as_ref().and_then(Snapshot::fallback_point) {
+                break p;
+            }
+            self.fallback_message(shared, stream, ticker).await?;
+        };
+        if begin.final_lsn < point {
+            return Ok(());
+        }
+        tracing::info!(consistent_point = %point, "snapshot: emitting the consistent read");
+        let mut ctx = crate::operators::CommitContext {
+            source: self.converter.snapshot_source(point),
+            next_index: 0,
+        };
+        let mut added = 0u64;
+        loop {
+            let Some(msg) = self.fallback_message(shared, stream, ticker).await? else {
+                break;
+            };
+            let Some(s) = self.snapshot.as_mut() else {
+                break;
+            };
+            match msg {
+                FromFallback::Rows { table, rows } => {
+                    let schema = s.fallback_schema(table).map_err(PipelineError::Snapshot)?;
+                    let start = self.pending.events.len();
+                    for row in rows {
+                        self.pending.events.push(ChangeEvent {
+                            op: crate::event::Operation::Read,
+                            table: Some(schema.clone()),
+                            before: None,
+                            after: Some(row),
+                            message: None,
+                            source: ctx.source.clone(),
+                            index: ctx.next_index,
+                        });
+                        ctx.next_index = ctx.next_index.saturating_add(1);
+                    }
+                    for ev in &self.pending.events[start..] {
+                        for op in self.operators.iter_mut() {
+                            op.on_event(ev).map_err(PipelineError::Operator)?;
+                        }
+                    }
+                    added += (self.pending.events.len() - start) as u64;
+                    // The rows are one unit with no commit until the end.
+                    self.pending.committed = self.pending.events.len();
+                    if self.pending.events.len() >= self.options.batch_size {
+                        self.ship(shared, stream, ticker).await?;
+                    }
+                }
+                FromFallback::TableDone { table, rows } => s.fallback_table_done(table, rows),
+                FromFallback::Point(_) => {}
+                FromFallback::Done => {
+                    for op in self.operators.iter_mut() {
+                        let before = self.pending.events.len();
+                        op.on_commit(&ctx, &mut self.pending.events)
+                            .map_err(PipelineError::Operator)?;
+                        let derived = self.pending.events.len() - before;
+                        ctx.next_index = ctx.next_index.saturating_add(derived as u32);
+                        added += derived as u64;
+                    }
+                    self.pending.committed = self.pending.events.len();
+                    self.pending.commit_end = Some(point);
+                    self.processed = self.processed.max(point);
+                    s.fallback_finished();
+                    if s.is_complete() {
+                        shared.snapshot = SnapshotState::Complete;
+                    }
+                    break;
+                }
+            }
+        }
+        shared.events = shared.events.saturating_add(added);
+        Ok(())
+    }
+
+    /// The next message of the consistent read, sending status updates
+    /// while waiting; `None` once it is over.
+    async fn fallback_message(
+        &mut self,
+        shared: &mut Shared,
+        stream: &mut ReplicationStream,
+        ticker: &mut tokio::time::Interval,
+    ) -> Result<Option<FromFallback>, PipelineError> {
+        let Some(s) = self.snapshot.as_mut() else {
+            return Ok(None);
+        };
+        loop {
+            tokio::select! {
+                msg = s.fallback_next() => return Ok(Some(msg.map_err(PipelineError::Snapshot)?)),
+                _ = ticker.tick() => shared.send_status(stream).await?,
+            }
+        }
     }
 
     fn convert(
@@ -762,12 +931,52 @@ impl Source<'_> {
             _ => None,
         };
         let start = self.pending.events.len();
-        let n = self.converter.handle(
-            event,
-            self.assembler.relations(),
-            Some(lsn),
-            &mut self.pending.events,
-        )?;
+        let n = match event {
+            // The snapshot's watermarks: never passed on; a high watermark
+            // brings its chunk's rows into this transaction.
+            TxnEvent::Change(cdc_core::Change::Message(m)) | TxnEvent::Message(m)
+                if m.prefix == WATERMARK_PREFIX =>
+            {
+                let merged = match (self.snapshot.as_mut(), m.transactional) {
+                    (Some(s), true) => s
+                        .on_watermark(&m.prefix, &m.content)
+                        .map_err(PipelineError::Snapshot)?,
+                    _ => None,
+                };
+                match merged {
+                    Some((table, rows)) => {
+                        self.converter
+                            .push_reads(&table, rows, &mut self.pending.events)?
+                    }
+                    None => 0,
+                }
+            }
+            _ => {
+                let mut n = self.converter.handle(
+                    event,
+                    self.assembler.relations(),
+                    Some(lsn),
+                    &mut self.pending.events,
+                )?;
+                if let (Some(s), TxnEvent::Change(_)) = (self.snapshot.as_mut(), event) {
+                    if s.holds_keyless() {
+                        let mut i = start;
+                        while i < self.pending.events.len() {
+                            if s.holds(&self.pending.events[i]) {
+                                self.pending.events.remove(i);
+                                n -= 1;
+                            } else {
+                                i += 1;
+                            }
+                        }
+                    }
+                    for ev in &self.pending.events[start..] {
+                        s.on_change(ev);
+                    }
+                }
+                n
+            }
+        };
         let in_txn = self.converter.open_transaction().is_some();
         if in_txn || matches!(event, TxnEvent::Commit(_)) {
             for ev in &self.pending.events[start..] {
@@ -790,8 +999,17 @@ impl Source<'_> {
             }
             self.pending.commit_end = Some(c.end_lsn);
             self.processed = self.processed.max(c.end_lsn);
+            if let Some(s) = self.snapshot.as_mut() {
+                s.on_commit();
+                if s.is_complete() && shared.snapshot != SnapshotState::Complete {
+                    shared.snapshot = SnapshotState::Complete;
+                }
+            }
             if let Some(coord) = shared.coordinator.as_mut() {
                 if coord.wants_capture() {
+                    if let Some(s) = &self.snapshot {
+                        coord.set_snapshot(s.progress());
+                    }
                     coord
                         .capture(c.end_lsn, c.end_lsn, &self.operators)
                         .map_err(PipelineError::Checkpoint)?;
@@ -819,6 +1037,9 @@ impl Source<'_> {
         if coord.wants_capture() && self.converter.open_transaction().is_none() && !self.skipping {
             let position = self.processed.max(self.idle_position);
             if !position.is_invalid() {
+                if let Some(s) = &self.snapshot {
+                    coord.set_snapshot(s.progress());
+                }
                 coord
                     .capture(position, self.processed, &self.operators)
                     .map_err(PipelineError::Checkpoint)?;
@@ -841,6 +1062,9 @@ impl Source<'_> {
         self.spill.clear();
         self.converter.reset();
         self.skipping = false;
+        if let Some(s) = self.snapshot.as_mut() {
+            s.restart();
+        }
     }
 
     /// Where a final checkpoint may be taken: the last commit, or the idle
@@ -914,6 +1138,14 @@ impl Source<'_> {
         }
         shared.publish();
         Ok(())
+    }
+}
+
+/// Waits for a snapshot reader to fail (pending without a snapshot).
+async fn snapshot_failed(snapshot: &mut Option<Snapshot>) -> crate::snapshot::SnapshotError {
+    match snapshot.as_mut() {
+        Some(s) => s.failed().await,
+        None => std::future::pending().await,
     }
 }
 

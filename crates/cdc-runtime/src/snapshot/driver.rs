@@ -1,0 +1,688 @@
+//! The pipeline's side of the snapshot: feeds watermarks and changes to the
+//! [`Merger`], turns merged chunks into `r` events, and keeps the progress
+//! that checkpoints record.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use cdc_core::Lsn;
+use checkpoint_api::{SnapshotProgress, TableCursor, TableDone, TableRef};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::catalog::SnapshotTable;
+use super::fallback::{self, FromFallback};
+use super::key::RowKey;
+use super::merge::{ChunkId, HighWatermark, Merger};
+use super::reader::{self, KeyRange, PlanCursor, Start, ToSource};
+use super::{SnapshotError, SnapshotOptions, WATERMARK_PREFIX};
+use crate::event::{ChangeEvent, Operation, RowValues, TableSchema};
+use crate::replication::ReplicationConfig;
+use crate::tls_connect::PgClientSettings;
+
+/// A merged chunk: its table's event schema and the rows to emit.
+pub(crate) type MergedChunk = (Arc<TableSchema>, Vec<RowValues>);
+
+/// A chunk started and not yet emitted (or emitted in the open transaction).
+struct Chunk {
+    table: usize,
+    range: KeyRange,
+    _permit: OwnedSemaphorePermit,
+    rows: u64,
+}
+
+/// A table of the stream, as the snapshot sees it.
+#[derive(Debug, Clone)]
+enum StreamTable {
+    /// A keyed table (index into `tables`) and its key columns in the
+    /// stream's column order.
+    Keyed(usize, Vec<usize>),
+    /// A table without a key whose consistent read has not been emitted.
+    Keyless,
+    /// Not read by the snapshot.
+    Other,
+}
+
+/// What a watermark message meant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    Low(ChunkId),
+    High(ChunkId),
+}
+
+/// The consistent read of the tables without a key.
+enum Fallback {
+    /// Not started (it starts once the keyed tables are done).
+    Idle,
+    Running {
+        rx: mpsc::Receiver<FromFallback>,
+        task: Option<JoinHandle<Result<(), SnapshotError>>>,
+        point: Option<Lsn>,
+    },
+    Done,
+}
+
+/// The snapshot as the pipeline runs it.
+pub(crate) struct Snapshot {
+    tables: Arc<Vec<SnapshotTable>>,
+    /// Tables without a key, not done yet.
+    fallback_tables: Arc<Vec<SnapshotTable>>,
+    fallback: Fallback,
+    replication: ReplicationConfig,
+    settings: PgClientSettings,
+    options: SnapshotOptions,
+    merger: Merger<usize, RowKey, RowValues>,
+    tx: mpsc::UnboundedSender<ToSource>,
+    rx: mpsc::UnboundedReceiver<ToSource>,
+    readers: JoinSet<Result<(), SnapshotError>>,
+    token: Arc<str>,
+    next_chunk: ChunkId,
+    chunks: HashMap<ChunkId, Chunk>,
+    /// Chunks emitted in the open transaction: done at its commit.
+    emitted: Vec<ChunkId>,
+    /// Ranges to read again that no reader has started yet.
+    redo: Vec<KeyRange>,
+    /// The first table not done (tables without a key are skipped).
+    table: usize,
+    cursor: PlanCursor,
+    planned_all: bool,
+    chunks_done: u64,
+    rows_done: u64,
+    tables_done: Vec<TableDone>,
+    done_tx: watch::Sender<usize>,
+    /// Per stream schema: which snapshot table it is.
+    stream_keys: HashMap<usize, (Arc<TableSchema>, StreamTable)>,
+    started_at: Instant,
+    last_log: Instant,
+    rows_total: u64,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("table", &self.table)
+            .field("chunks_in_flight", &self.chunks.len())
+            .field("tables_done", &self.tables_done.len())
+            .finish()
+    }
+}
+
+fn table_ref(t: &SnapshotTable) -> TableRef {
+    TableRef {
+        schema: t.schema.clone(),
+        name: t.name.clone(),
+    }
+}
+
+impl Snapshot {
+    /// A snapshot of `tables` (those with a key), continuing `resume` if
+    /// given. Nothing is read until [`restart`](Self::restart).
+    pub(crate) fn new(
+        tables: Vec<SnapshotTable>,
+        replication: ReplicationConfig,
+        options: SnapshotOptions,
+        resume: Option<&SnapshotProgress>,
+    ) -> Result<Self, SnapshotError> {
+        let settings = PgClientSettings::new(&replication)
+            .map_err(|e| SnapshotError::Connect(e.to_string()))?;
+        let done: Vec<TableDone> = resume.map(|p| p.tables_done.clone()).unwrap_or_default();
+        let is_done = |t: &SnapshotTable| done.iter().any(|d| d.table == table_ref(t));
+        let (tables, keyless): (Vec<_>, Vec<_>) =
+            tables.into_iter().partition(|t| !t.key.is_empty());
+        let keyless: Vec<_> = keyless.into_iter().filter(|t| !is_done(t)).collect();
+        let fallback = if keyless.is_empty() {
+            Fallback::Done
+        } else {
+            Fallback::Idle
+        };
+        let table = tables
+            .iter()
+            .position(|t| !is_done(t))
+            .unwrap_or(tables.len());
+        let mut cursor = PlanCursor::default();
+        let (mut chunks_done, mut rows_done) = (0, 0);
+        if let (Some(t), Some(c)) = (
+            tables.get(table),
+            resume.and_then(|p| p.in_progress.as_ref()),
+        ) {
+            if c.table == table_ref(t) {
+                cursor = serde_json::from_slice(&c.cursor)
+                    .map_err(|e| SnapshotError::Cursor(e.to_string()))?;
+                chunks_done = c.chunks_done;
+                rows_done = c.rows_done;
+            }
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (done_tx, _) = watch::channel(table);
+        let now = Instant::now();
+        let s = Snapshot {
+            tables: Arc::new(tables),
+            fallback_tables: Arc::new(keyless),
+            fallback,
+            replication,
+            settings,
+            options,
+            merger: Merger::new(),
+            tx,
+            rx,
+            readers: JoinSet::new(),
+            token: Arc::from(""),
+            next_chunk: 1,
+            chunks: HashMap::new(),
+            emitted: Vec::new(),
+            redo: std::mem::take(&mut cursor.redo),
+            table,
+            cursor,
+            planned_all: false,
+            chunks_done,
+            rows_done,
+            tables_done: done,
+            done_tx,
+            stream_keys: HashMap::new(),
+            started_at: now,
+            last_log: now,
+            rows_total: 0,
+        };
+        // Readers start with the stream (see `restart`).
+        s.log_start();
+        Ok(s)
+    }
+
+    fn log_start(&self) {
+        let names: Vec<_> = self
+            .tables
+            .iter()
+            .map(SnapshotTable::display_name)
+            .collect();
+        tracing::info!(tables = ?names, done = self.tables_done.len(), chunk_size = self.options.chunk_size,
+            readers = self.options.readers, resumed_chunks = self.chunks_done, "initial snapshot");
+    }
+
+    /// Whether every table has been emitted.
+    pub(crate) fn is_complete(&self) -> bool {
+        self.keyed_complete() && matches!(self.fallback, Fallback::Done)
+    }
+
+    /// Whether every table with a key has been emitted.
+    fn keyed_complete(&self) -> bool {
+        self.table >= self.tables.len()
+    }
+
+    /// Starts the consistent read of the tables without a key once the
+    /// keyed tables are done.
+    fn maybe_start_fallback(&mut self) {
+        if !self.keyed_complete() || !matches!(self.fallback, Fallback::Idle) {
+            return;
+        }
+        let (tx, rx) = mpsc::channel(4);
+        let task = tokio::spawn(fallback::run(
+            self.replication.clone(),
+            self.settings.clone(),
+            self.fallback_tables.clone(),
+            Arc::from(format!("{:016x}", random_u64())),
+            tx,
+        ));
+        self.fallback = Fallback::Running {
+            rx,
+            task: Some(task),
+            point: None,
+        };
+    }
+
+    /// Whether the rows of the tables without a key are being read (and
+    /// must be emitted at the consistent point).
+    pub(crate) fn fallback_running(&self) -> bool {
+        matches!(self.fallback, Fallback::Running { .. })
+    }
+
+    /// The next message of the fallback reader.
+    pub(crate) async fn fallback_next(&mut self) -> Result<FromFallback, SnapshotError> {
+        let Fallback::Running { rx, task, point } = &mut self.fallback else {
+            return Err(SnapshotError::Merge("no consistent read is running".into()));
+        };
+        match rx.recv().await {
+            Some(msg) => {
+                if let FromFallback::Point(p) = &msg {
+                    *point = Some(*p);
+                }
+                Ok(msg)
+            }
+            None => Err(match task.take() {
+                Some(t) => match t.await {
+                    Ok(Err(e)) => e,
+                    _ => SnapshotError::ReadersStopped,
+                },
+                None => SnapshotError::ReadersStopped,
+            }),
+        }
+    }
+
+    /// The consistent point, once the fallback reader reported it.
+    pub(crate) fn fallback_point(&self) -> Option<Lsn> {
+        match &self.fallback {
+            Fallback::Running { point, .. } => *point,
+            _ => None,
+        }
+    }
+
+    /// The event schema of fallback table `i`.
+    pub(crate) fn fallback_schema(&self, i: usize) -> Result<Arc<TableSchema>, SnapshotError> {
+        self.fallback_tables
+            .get(i)
+            .map(|t| t.event_schema.clone())
+            .ok_or_else(|| SnapshotError::Merge(format!("no table without a key #{i}")))
+    }
+
+    /// Fallback table `i` has been emitted completely.
+    pub(crate) fn fallback_table_done(&mut self, i: usize, rows: u64) {
+        if let Some(t) = self.fallback_tables.get(i) {
+            tracing::info!(table = %t.display_name(), rows, "snapshot: table read (consistent read)");
+            self.rows_total += rows;
+            self.tables_done.push(TableDone {
+                table: table_ref(t),
+                chunks: 1,
+                rows,
+            });
+        }
+    }
+
+    /// Every fallback table has been emitted.
+    pub(crate) fn fallback_finished(&mut self) {
+        self.fallback = Fallback::Done;
+        if self.is_complete() {
+            self.log_complete();
+        }
+    }
+
+    fn log_complete(&self) {
+        tracing::info!(
+            tables = self.tables_done.len(),
+            rows = self.rows_total,
+            seconds = self.started_at.elapsed().as_secs_f64(),
+            "snapshot complete"
+        );
+    }
+
+    fn spawn_readers(&mut self) {
+        self.token = Arc::from(format!("{:016x}", random_u64()));
+        let start = Start {
+            table: self.table,
+            cursor: PlanCursor {
+                next: self.cursor.next.clone(),
+                exhausted: self.cursor.exhausted,
+                redo: self.redo.clone(),
+            },
+            token: self.token.clone(),
+            first_chunk: self.next_chunk,
+        };
+        self.planned_all = false;
+        self.readers = reader::spawn(
+            self.settings.clone(),
+            self.tables.clone(),
+            start,
+            &self.options,
+            self.tx.clone(),
+            self.done_tx.subscribe(),
+        );
+    }
+
+    /// Waits for a reader to fail (pending while they work or after they
+    /// all finished).
+    pub(crate) async fn failed(&mut self) -> SnapshotError {
+        loop {
+            let fallback = async {
+                match &mut self.fallback {
+                    Fallback::Running {
+                        task: task @ Some(_),
+                        ..
+                    } => {
+                        let joined = match task.as_mut() {
+                            Some(t) => t.await,
+                            None => return std::future::pending().await,
+                        };
+                        *task = None;
+                        joined
+                    }
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                joined = self.readers.join_next(), if !self.readers.is_empty() => match joined {
+                    Some(Ok(Ok(()))) | None => continue,
+                    Some(Ok(Err(e))) => return e,
+                    Some(Err(_)) => return SnapshotError::ReadersStopped,
+                },
+                joined = fallback => match joined {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(e)) => return e,
+                    Err(_) => return SnapshotError::ReadersStopped,
+                },
+            }
+        }
+    }
+
+    /// Takes what the readers sent so far.
+    fn drain(&mut self) -> Result<(), SnapshotError> {
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                ToSource::Started {
+                    chunk,
+                    table,
+                    range,
+                    cursor,
+                    permit,
+                } => {
+                    self.next_chunk = self.next_chunk.max(chunk + 1);
+                    if table != self.table {
+                        return Err(SnapshotError::Merge(format!(
+                            "chunk {chunk} of table #{table} while table #{} is read",
+                            self.table
+                        )));
+                    }
+                    if self.redo.first() == Some(&range) {
+                        self.redo.remove(0);
+                    }
+                    self.cursor.next = cursor.next;
+                    self.cursor.exhausted = cursor.exhausted;
+                    self.merger
+                        .start(chunk, table)
+                        .map_err(|e| SnapshotError::Merge(e.to_string()))?;
+                    self.chunks.insert(
+                        chunk,
+                        Chunk {
+                            table,
+                            range,
+                            _permit: permit,
+                            rows: 0,
+                        },
+                    );
+                }
+                ToSource::Rows { chunk, rows } => {
+                    if let Some(c) = self.chunks.get_mut(&chunk) {
+                        c.rows = rows.len() as u64;
+                    }
+                    let rows = rows.into_iter().map(|r| (r.key, r.values)).collect();
+                    self.merger
+                        .rows(chunk, rows)
+                        .map_err(|e| SnapshotError::Merge(e.to_string()))?;
+                }
+                ToSource::TablePlanned { table } => {
+                    if table == self.table {
+                        self.planned_all = true;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A watermark of this run, from a message's prefix and content.
+    fn parse_mark(&self, prefix: &str, content: &[u8]) -> Option<Mark> {
+        if prefix != WATERMARK_PREFIX {
+            return None;
+        }
+        let text = std::str::from_utf8(content).ok()?;
+        let mut parts = text.split(' ');
+        if parts.next()? != &*self.token {
+            return None;
+        }
+        let kind = parts.next()?;
+        let chunk = parts.next()?.parse().ok()?;
+        match kind {
+            "lw" => Some(Mark::Low(chunk)),
+            "hw" => Some(Mark::High(chunk)),
+            _ => None,
+        }
+    }
+
+    /// A watermark read from the stream inside its transaction: at a high
+    /// watermark the chunk's remaining rows are returned, to be emitted now
+    /// (within the watermark's transaction).
+    pub(crate) fn on_watermark(
+        &mut self,
+        prefix: &str,
+        content: &[u8],
+    ) -> Result<Option<MergedChunk>, SnapshotError> {
+        self.drain()?;
+        match self.parse_mark(prefix, content) {
+            None => Ok(None),
+            Some(Mark::Low(chunk)) => {
+                let _ = self.merger.low_watermark(chunk);
+                Ok(None)
+            }
+            Some(Mark::High(chunk)) => {
+                let merged = self
+                    .merger
+                    .high_watermark(chunk)
+                    .map_err(|e| SnapshotError::Merge(e.to_string()))?;
+                match merged {
+                    HighWatermark::Ignored => Ok(None),
+                    // The rows are sent before the high watermark is written.
+                    HighWatermark::RowsPending => Err(SnapshotError::Merge(format!(
+                        "high watermark of chunk {chunk} before its rows"
+                    ))),
+                    HighWatermark::Emit { table, rows, .. } => {
+                        self.emitted.push(chunk);
+                        let schema = self
+                            .tables
+                            .get(table)
+                            .map(|t| t.event_schema.clone())
+                            .ok_or_else(|| SnapshotError::Merge(format!("no table #{table}")))?;
+                        Ok(Some((schema, rows.into_iter().map(|(_, r)| r).collect())))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the stream's changes to tables without a key are held back:
+    /// until their consistent read is emitted, it covers them.
+    pub(crate) fn holds_keyless(&self) -> bool {
+        !matches!(self.fallback, Fallback::Done)
+    }
+
+    /// How the snapshot sees the table of a stream event (cached by schema).
+    fn stream_table(&mut self, schema: &Arc<TableSchema>) -> StreamTable {
+        let ptr = Arc::as_ptr(schema) as usize;
+        let tables = &self.tables;
+        let keyless = &self.fallback_tables;
+        let entry = self.stream_keys.entry(ptr).or_insert_with(|| {
+            let same = |t: &SnapshotTable| *t.schema == *schema.schema && *t.name == *schema.table;
+            let kind = match tables.iter().position(same) {
+                Some(i) => {
+                    let t = &tables[i];
+                    let idx: Option<Vec<usize>> = t
+                        .key
+                        .iter()
+                        .map(|&k| t.columns.get(k).and_then(|c| schema.column_index(&c.name)))
+                        .collect();
+                    idx.map_or(StreamTable::Other, |idx| StreamTable::Keyed(i, idx))
+                }
+                None if keyless.iter().any(same) => StreamTable::Keyless,
+                None => StreamTable::Other,
+            };
+            // Keep the schema alive so its address is not reused.
+            (schema.clone(), kind)
+        });
+        entry.1.clone()
+    }
+
+    /// Whether a stream event is held back: a change to a table without a
+    /// key before its consistent read is emitted (the read contains it).
+    pub(crate) fn holds(&mut self, ev: &ChangeEvent) -> bool {
+        if !self.holds_keyless() {
+            return false;
+        }
+        match ev.table.as_ref() {
+            Some(schema) => matches!(self.stream_table(schema), StreamTable::Keyless),
+            None => false,
+        }
+    }
+
+    /// A change event of the stream: its keys close the window of any
+    /// chunk of its table being read.
+    pub(crate) fn on_change(&mut self, ev: &ChangeEvent) {
+        if self.merger.in_flight() == 0 {
+            return;
+        }
+        let Some(schema) = ev.table.as_ref() else {
+            return;
+        };
+        let StreamTable::Keyed(table, key) = self.stream_table(schema) else {
+            return;
+        };
+        if ev.op == Operation::Truncate {
+            self.merger.truncated(&table);
+            return;
+        }
+        for row in [ev.before.as_deref(), ev.after.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(k) = RowKey::of(row, &key) {
+                self.merger.changed(&table, &k);
+            }
+        }
+    }
+
+    /// The open transaction committed: chunks emitted in it are done.
+    pub(crate) fn on_commit(&mut self) {
+        if self.emitted.is_empty() {
+            return;
+        }
+        for chunk in std::mem::take(&mut self.emitted) {
+            if let Some(c) = self.chunks.remove(&chunk) {
+                self.chunks_done += 1;
+                self.rows_done += c.rows;
+                self.rows_total += c.rows;
+            }
+        }
+        self.log_progress(false);
+        self.finish_tables();
+    }
+
+    /// Moves on while the current table is fully planned and emitted.
+    fn finish_tables(&mut self) {
+        let _ = self.drain();
+        while self.planned_all
+            && self.redo.is_empty()
+            && !self.chunks.values().any(|c| c.table == self.table)
+        {
+            let Some(t) = self.tables.get(self.table).map(table_ref) else {
+                break;
+            };
+            self.log_progress(true);
+            self.tables_done.push(TableDone {
+                table: t,
+                chunks: self.chunks_done,
+                rows: self.rows_done,
+            });
+            self.table += 1;
+            self.cursor = PlanCursor::default();
+            self.planned_all = false;
+            self.chunks_done = 0;
+            self.rows_done = 0;
+            self.done_tx.send_replace(self.table);
+            if self.is_complete() {
+                self.log_complete();
+            } else if let Some(t) = self.tables.get(self.table) {
+                tracing::info!(table = %t.display_name(), "snapshot: reading table");
+            }
+            let _ = self.drain();
+        }
+        self.maybe_start_fallback();
+    }
+
+    fn log_progress(&mut self, finished: bool) {
+        if !finished && self.last_log.elapsed() < self.options.log_interval {
+            return;
+        }
+        let Some(t) = self.tables.get(self.table) else {
+            return;
+        };
+        let secs = self.started_at.elapsed().as_secs_f64().max(1e-3);
+        let rate = self.rows_total as f64 / secs;
+        let eta = t
+            .estimated_rows
+            .filter(|_| !finished && rate > 0.0)
+            .map(|est| (est.saturating_sub(self.rows_done) as f64 / rate).round() as u64);
+        tracing::info!(table = %t.display_name(), rows = self.rows_done, chunks = self.chunks_done,
+            rows_per_s = rate.round() as u64, eta_s = ?eta, done = finished, "snapshot progress");
+        self.last_log = Instant::now();
+    }
+
+    /// The stream restarted: the chunks being read are read again, by new
+    /// readers (their old watermarks are ignored).
+    pub(crate) fn restart(&mut self) {
+        self.readers.abort_all();
+        let _ = self.drain();
+        let _ = self.merger.abandon_all();
+        self.emitted.clear();
+        let mut ids: Vec<_> = self.chunks.keys().copied().collect();
+        ids.sort_unstable();
+        let mut redo: Vec<KeyRange> = ids
+            .into_iter()
+            .filter_map(|id| self.chunks.remove(&id))
+            .filter(|c| c.table == self.table)
+            .map(|c| c.range)
+            .collect();
+        redo.append(&mut self.redo);
+        self.redo = redo;
+        self.chunks.clear();
+        // Drop what the old readers had queued (and their permits).
+        while self.rx.try_recv().is_ok() {}
+        if !self.keyed_complete() {
+            self.spawn_readers();
+        }
+        // A consistent read starts over from a new temporary slot.
+        if let Fallback::Running { task, .. } = &mut self.fallback {
+            if let Some(t) = task.take() {
+                t.abort();
+            }
+            self.fallback = Fallback::Idle;
+        }
+        self.maybe_start_fallback();
+    }
+
+    /// The progress a checkpoint records: what has been emitted in
+    /// committed transactions, and the chunks to read again after a crash.
+    pub(crate) fn progress(&self) -> SnapshotProgress {
+        let in_progress = self.tables.get(self.table).map(|t| {
+            let mut ids: Vec<_> = self.chunks.keys().copied().collect();
+            ids.sort_unstable();
+            let mut redo: Vec<KeyRange> = ids
+                .iter()
+                .filter_map(|id| self.chunks.get(id))
+                .map(|c| c.range.clone())
+                .collect();
+            redo.extend(self.redo.iter().cloned());
+            let cursor = PlanCursor {
+                next: self.cursor.next.clone(),
+                exhausted: self.cursor.exhausted,
+                redo,
+            };
+            TableCursor {
+                table: table_ref(t),
+                chunks_done: self.chunks_done,
+                rows_done: self.rows_done,
+                cursor: Bytes::from(serde_json::to_vec(&cursor).unwrap_or_default()),
+            }
+        });
+        SnapshotProgress {
+            consistent_point: cdc_core::Lsn::INVALID,
+            tables_done: self.tables_done.clone(),
+            in_progress,
+            complete: self.is_complete(),
+        }
+    }
+}
+
+/// A random number from std's randomly keyed hasher.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id() as u64);
+    h.finish()
+}

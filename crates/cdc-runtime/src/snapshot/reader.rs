@@ -1,0 +1,461 @@
+//! The chunk readers: plan key ranges, write the watermarks, read the rows.
+//!
+//! They run as tasks beside the pipeline and talk to it only through
+//! [`ToSource`] messages, each sent before the watermark that needs it is
+//! written, so the pipeline always has what a watermark refers to when it
+//! reads the watermark from the stream.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cdc_core::decode_text;
+use cdc_core::Value;
+use futures_util::{pin_mut, TryStreamExt};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch, Mutex, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_postgres::Client;
+
+use super::catalog::SnapshotTable;
+use super::copy_text::fields;
+use super::key::RowKey;
+use super::merge::ChunkId;
+use super::{SnapshotError, SnapshotOptions, WATERMARK_PREFIX};
+use crate::event::RowValues;
+use crate::tls_connect::PgClientSettings;
+
+/// A key range `(lo, hi]` of one table; `None` is unbounded. Keys are the
+/// key columns' text forms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct KeyRange {
+    /// Exclusive lower bound.
+    pub(crate) lo: Option<Vec<String>>,
+    /// Inclusive upper bound.
+    pub(crate) hi: Option<Vec<String>>,
+}
+
+/// Where planning of a table stands.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub(crate) struct PlanCursor {
+    /// The upper bound of the last planned chunk (`None`: nothing planned).
+    pub(crate) next: Option<Vec<String>>,
+    /// Every chunk of the table has been planned.
+    pub(crate) exhausted: bool,
+    /// Ranges planned but not emitted; read again first.
+    #[serde(default)]
+    pub(crate) redo: Vec<KeyRange>,
+}
+
+/// One row of a chunk.
+pub(crate) struct ChunkRow {
+    pub(crate) key: RowKey,
+    pub(crate) values: RowValues,
+}
+
+/// What the readers tell the pipeline.
+pub(crate) enum ToSource {
+    /// A chunk's read starts; its low watermark follows. `cursor` is the
+    /// table's plan after this chunk (without the redo list).
+    Started {
+        chunk: ChunkId,
+        table: usize,
+        range: KeyRange,
+        cursor: PlanCursor,
+        permit: OwnedSemaphorePermit,
+    },
+    /// The rows of a chunk; its high watermark follows.
+    Rows { chunk: ChunkId, rows: Vec<ChunkRow> },
+    /// Every chunk of `table` has been started.
+    TablePlanned { table: usize },
+}
+
+/// Where the readers start: the first table not done and its cursor.
+#[derive(Debug, Clone)]
+pub(crate) struct Start {
+    pub(crate) table: usize,
+    pub(crate) cursor: PlanCursor,
+    /// Marks this run's watermarks; others are ignored.
+    pub(crate) token: Arc<str>,
+    /// The id of the first chunk (ids grow across restarts).
+    pub(crate) first_chunk: ChunkId,
+}
+
+struct Planner {
+    tables: Arc<Vec<SnapshotTable>>,
+    table: usize,
+    cursor: PlanCursor,
+    redo: VecDeque<KeyRange>,
+    next_chunk: ChunkId,
+    chunk_size: u64,
+}
+
+enum Next {
+    /// Read this chunk ([`ToSource::Started`] is sent already).
+    Chunk(ChunkId, usize, KeyRange),
+    /// The pipeline is gone.
+    Stop,
+    /// Table `t` is fully planned; wait until the pipeline finished it.
+    WaitFor(usize),
+    Done,
+}
+
+impl Planner {
+    /// Plans the next chunk and tells the pipeline, under the planner's
+    /// lock, so the pipeline sees chunks in planning order.
+    async fn next(
+        &mut self,
+        client: &Client,
+        tx: &mpsc::UnboundedSender<ToSource>,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Next, SnapshotError> {
+        loop {
+            let Some(table) = self.tables.get(self.table) else {
+                return Ok(Next::Done);
+            };
+            if table.key.is_empty() {
+                // Read by the no-key fallback, not in chunks.
+                self.table += 1;
+                continue;
+            }
+            if let Some(range) = self.redo.pop_front() {
+                return Ok(self.chunk(range, tx, permit));
+            }
+            if !self.cursor.exhausted {
+                let lo = self.cursor.next.clone();
+                let hi = boundary(client, table, lo.as_deref(), self.chunk_size).await?;
+                self.cursor.exhausted = hi.is_none();
+                self.cursor.next = hi.clone();
+                return Ok(self.chunk(KeyRange { lo, hi }, tx, permit));
+            }
+            let done = self.table;
+            let _ = tx.send(ToSource::TablePlanned { table: done });
+            self.table += 1;
+            self.cursor = PlanCursor::default();
+            return Ok(Next::WaitFor(done));
+        }
+    }
+
+    fn chunk(
+        &mut self,
+        range: KeyRange,
+        tx: &mpsc::UnboundedSender<ToSource>,
+        permit: OwnedSemaphorePermit,
+    ) -> Next {
+        let id = self.next_chunk;
+        self.next_chunk += 1;
+        let started = ToSource::Started {
+            chunk: id,
+            table: self.table,
+            range: range.clone(),
+            cursor: self.cursor.clone(),
+            permit,
+        };
+        if tx.send(started).is_err() {
+            return Next::Stop;
+        }
+        Next::Chunk(id, self.table, range)
+    }
+}
+
+/// The upper bound of the chunk after `lo`: the key `chunk_size` rows on,
+/// or `None` if fewer rows remain.
+async fn boundary(
+    client: &Client,
+    table: &SnapshotTable,
+    lo: Option<&[String]>,
+    chunk_size: u64,
+) -> Result<Option<Vec<String>>, SnapshotError> {
+    let keys: Vec<_> = table
+        .key
+        .iter()
+        .filter_map(|&i| table.columns.get(i))
+        .collect();
+    let select: Vec<_> = keys
+        .iter()
+        .enumerate()
+        // Aliased: a bare `ORDER BY "id"` would sort by the text output column.
+        .map(|(i, c)| format!("{}::text AS k{i}", cdc_core::sql::quote_ident(&c.name)))
+        .collect();
+    let order: Vec<_> = keys
+        .iter()
+        .map(|c| cdc_core::sql::quote_ident(&c.name))
+        .collect();
+    let filter = match lo {
+        Some(lo) => format!(" WHERE {} > {}", table.key_row(), table.key_literal(lo)),
+        None => String::new(),
+    };
+    let sql = format!(
+        "SELECT {} FROM {}{} ORDER BY {} OFFSET {} LIMIT 1",
+        select.join(", "),
+        table.quoted(),
+        filter,
+        order.join(", "),
+        chunk_size.saturating_sub(1)
+    );
+    let row = client.query_opt(&sql, &[]).await?;
+    let Some(row) = row else { return Ok(None) };
+    let mut key = Vec::with_capacity(keys.len());
+    for i in 0..keys.len() {
+        let v: Option<String> = row.try_get(i)?;
+        key.push(v.ok_or_else(|| SnapshotError::Row {
+            table: table.display_name(),
+            reason: "a key column is NULL".into(),
+        })?);
+    }
+    Ok(Some(key))
+}
+
+/// Starts `readers` chunk readers from `start`; they end when every table
+/// is read. `done_tables` counts the tables the pipeline finished.
+pub(crate) fn spawn(
+    settings: PgClientSettings,
+    tables: Arc<Vec<SnapshotTable>>,
+    start: Start,
+    options: &SnapshotOptions,
+    tx: mpsc::UnboundedSender<ToSource>,
+    done_tables: watch::Receiver<usize>,
+) -> JoinSet<Result<(), SnapshotError>> {
+    let readers = options.readers.max(1);
+    let redo = start.cursor.redo.iter().cloned().collect();
+    let planner = Arc::new(Mutex::new(Planner {
+        tables: tables.clone(),
+        table: start.table,
+        cursor: PlanCursor {
+            redo: Vec::new(),
+            ..start.cursor
+        },
+        redo,
+        next_chunk: start.first_chunk,
+        chunk_size: options.chunk_size.max(1),
+    }));
+    let permits = Arc::new(Semaphore::new(readers));
+    let mut set = JoinSet::new();
+    for _ in 0..readers {
+        let reader = Reader {
+            settings: settings.clone(),
+            tables: tables.clone(),
+            planner: planner.clone(),
+            permits: permits.clone(),
+            token: start.token.clone(),
+            tx: tx.clone(),
+            done_tables: done_tables.clone(),
+        };
+        set.spawn(reader.run());
+    }
+    set
+}
+
+struct Reader {
+    settings: PgClientSettings,
+    tables: Arc<Vec<SnapshotTable>>,
+    planner: Arc<Mutex<Planner>>,
+    permits: Arc<Semaphore>,
+    token: Arc<str>,
+    tx: mpsc::UnboundedSender<ToSource>,
+    done_tables: watch::Receiver<usize>,
+}
+
+/// Opens an ordinary connection to the source for snapshot reads.
+pub async fn connect(settings: &PgClientSettings) -> Result<Client, SnapshotError> {
+    let mut config = settings.config.clone();
+    config.application_name("pgcdc snapshot");
+    let (client, connection) = config
+        .connect(settings.tls.clone())
+        .await
+        .map_err(|e| SnapshotError::Connect(e.to_string()))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "snapshot connection ended");
+        }
+    });
+    // Watermarks must reach the WAL's flushed end at once, whatever the
+    // server's default.
+    client
+        .batch_execute("SET synchronous_commit = on; SET statement_timeout = 0")
+        .await?;
+    Ok(client)
+}
+
+impl Reader {
+    async fn run(mut self) -> Result<(), SnapshotError> {
+        let client = connect(&self.settings).await?;
+        loop {
+            let Ok(permit) = self.permits.clone().acquire_owned().await else {
+                return Ok(());
+            };
+            let next = {
+                let mut planner = self.planner.lock().await;
+                planner.next(&client, &self.tx, permit).await?
+            };
+            match next {
+                Next::Done | Next::Stop => return Ok(()),
+                Next::WaitFor(table) => {
+                    // The pipeline finishes tables in order.
+                    if self
+                        .done_tables
+                        .wait_for(|&done| done > table)
+                        .await
+                        .is_err()
+                    {
+                        return Ok(());
+                    }
+                }
+                Next::Chunk(chunk, table, range) => {
+                    let Some(t) = self.tables.get(table) else {
+                        return Err(SnapshotError::Merge(format!("no table #{table}")));
+                    };
+                    let t = t.clone();
+                    self.read_chunk(&client, &t, chunk, &range).await?;
+                }
+            }
+        }
+    }
+
+    async fn read_chunk(
+        &mut self,
+        client: &Client,
+        table: &SnapshotTable,
+        chunk: ChunkId,
+        range: &KeyRange,
+    ) -> Result<(), SnapshotError> {
+        watermark(client, &self.token, "lw", chunk).await?;
+        wait_for_open_transactions(client).await?;
+        let rows = read_range(client, table, range).await?;
+        tracing::debug!(table = %table.display_name(), chunk, lo = %key_text(&range.lo),
+            hi = %key_text(&range.hi), rows = rows.len(), "snapshot chunk read");
+        if self.tx.send(ToSource::Rows { chunk, rows }).is_err() {
+            return Ok(());
+        }
+        watermark(client, &self.token, "hw", chunk).await?;
+        Ok(())
+    }
+}
+
+/// A bound for logs: the key's columns joined by `,`; `-` for unbounded.
+fn key_text(key: &Option<Vec<String>>) -> String {
+    key.as_ref().map_or_else(|| "-".to_owned(), |k| k.join(","))
+}
+
+/// Writes a watermark in a transaction of its own.
+async fn watermark(
+    client: &Client,
+    token: &str,
+    kind: &str,
+    chunk: ChunkId,
+) -> Result<(), SnapshotError> {
+    let payload = format!("{token} {kind} {chunk}");
+    client
+        .execute(
+            "SELECT pg_catalog.pg_logical_emit_message(true, $1, $2)",
+            &[&WATERMARK_PREFIX, &payload],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Waits until every transaction open now has ended, so a transaction that
+/// committed before the low watermark is visible to the read that follows
+/// (a commit is in the WAL a moment before other sessions can see it).
+async fn wait_for_open_transactions(client: &Client) -> Result<(), SnapshotError> {
+    let rows = client
+        .query(
+            "SELECT x::text FROM pg_catalog.txid_snapshot_xip(pg_catalog.txid_current_snapshot()) x",
+            &[],
+        )
+        .await?;
+    let mut open: Vec<String> = rows
+        .iter()
+        .map(|r| r.try_get::<_, String>(0))
+        .collect::<Result<_, _>>()?;
+    let mut delay = Duration::from_micros(200);
+    while !open.is_empty() {
+        let rows = client
+            .query(
+                "SELECT x FROM unnest($1::text[]) x \
+                 WHERE pg_catalog.txid_status(x::bigint) = 'in progress'",
+                &[&open],
+            )
+            .await?;
+        open = rows
+            .iter()
+            .map(|r| r.try_get::<_, String>(0))
+            .collect::<Result<_, _>>()?;
+        if open.is_empty() {
+            break;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Reads the rows of `range` through `COPY ... TO STDOUT` (text format).
+pub(crate) async fn read_range(
+    client: &Client,
+    table: &SnapshotTable,
+    range: &KeyRange,
+) -> Result<Vec<ChunkRow>, SnapshotError> {
+    let mut conditions = Vec::new();
+    if let Some(lo) = &range.lo {
+        conditions.push(format!("{} > {}", table.key_row(), table.key_literal(lo)));
+    }
+    if let Some(hi) = &range.hi {
+        conditions.push(format!("{} <= {}", table.key_row(), table.key_literal(hi)));
+    }
+    if let Some(filter) = &table.row_filter {
+        conditions.push(format!("({filter})"));
+    }
+    let mut sql = format!(
+        "COPY (SELECT {} FROM {}",
+        table.select_list(),
+        table.quoted()
+    );
+    if !conditions.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&conditions.join(" AND "));
+    }
+    sql.push_str(") TO STDOUT");
+    let stream = client.copy_out(&sql).await?;
+    pin_mut!(stream);
+    let mut rows = Vec::new();
+    while let Some(line) = stream.try_next().await? {
+        rows.push(decode(table, &line)?);
+    }
+    Ok(rows)
+}
+
+/// Decodes one COPY row into typed values and its key.
+pub(crate) fn decode(table: &SnapshotTable, line: &[u8]) -> Result<ChunkRow, SnapshotError> {
+    let bad = |reason: String| SnapshotError::Row {
+        table: table.display_name(),
+        reason,
+    };
+    let mut values = Vec::with_capacity(table.columns.len());
+    let mut cols = table.columns.iter();
+    for field in fields(line) {
+        let field = field.map_err(|e| bad(e.to_string()))?;
+        let Some(col) = cols.next() else {
+            return Err(bad(format!(
+                "a row has more than {} fields",
+                table.columns.len()
+            )));
+        };
+        let v = match field {
+            None => Value::Null,
+            Some(raw) => decode_text(col.type_oid, &raw)
+                .map(Value::into_owned)
+                .map_err(|e| bad(format!("column {}: {e}", col.name)))?,
+        };
+        values.push(v);
+    }
+    if values.len() != table.columns.len() {
+        return Err(bad(format!(
+            "a row has {} fields, expected {}",
+            values.len(),
+            table.columns.len()
+        )));
+    }
+    let key = RowKey::of(&values, &table.key).unwrap_or(RowKey(Vec::new()));
+    Ok(ChunkRow { key, values })
+}
