@@ -57,7 +57,12 @@ async fn quickstart_survives_two_crashes_and_reports_exact_results() {
     );
 
     let written = number(&stdout, "rows written:");
-    let lines = number(&stdout, "events in the file:");
+    let lines = number(&stdout, "change events:");
+    let reads = number(&stdout, "snapshot reads:");
+    assert!(
+        reads >= 2000,
+        "the rows there before pgcdc started are read\n{stdout}"
+    );
     let distinct = number(&stdout, "distinct events:");
     let duplicates = number(&stdout, "duplicates:");
     let missing = number(&stdout, "missing:");
@@ -120,7 +125,9 @@ async fn quickstart_keep_leaves_files_in_the_chosen_dir() {
     let event_lines = std::fs::read_to_string(&events).unwrap().lines().count() as u64;
     assert_eq!(
         event_lines,
-        number(&stdout, "events in the file:") + number(&stdout, "aggregate updates:")
+        number(&stdout, "change events:")
+            + number(&stdout, "snapshot reads:")
+            + number(&stdout, "aggregate updates:")
     );
     // The cluster directory stays, its server stopped.
     assert!(cluster.join("data").join("PG_VERSION").is_file());

@@ -332,6 +332,20 @@ async fn sigkill_mid_snapshot_reads_only_unfinished_chunks() {
         })
         .unwrap_or_default();
 
+    // `pgcdc slot status` shows where the snapshot stands.
+    let status = integration_tests::run_pgcdc(
+        &["slot", "status", "--config", config.to_str().unwrap()],
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    let out = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{out}");
+    assert!(
+        out.contains("snapshot:         running")
+            && out.contains(&format!("public.items: {} chunks", cursor.chunks_done)),
+        "{out}"
+    );
     let mut second = Pgcdc::run_with_log(&config, log_filter).unwrap();
     eventually("the snapshot to complete after the restart", || async {
         progress(&store, "crashsnap")

@@ -384,8 +384,38 @@ async fn slot_status(config: &Config) -> Result<(), String> {
             }
             _ => println!("job:              {job} (no checkpoints yet)"),
         }
+        let latest = store.latest(&job).await.map_err(|e| e.to_string())?;
+        if let Some(stored) = latest.checkpoint {
+            print_snapshot(stored.checkpoint.snapshot.as_ref());
+        }
     }
     Ok(())
+}
+
+/// The initial snapshot's progress as the newest checkpoint records it.
+fn print_snapshot(progress: Option<&checkpoint_api::SnapshotProgress>) {
+    let Some(p) = progress else {
+        println!("snapshot:         none recorded");
+        return;
+    };
+    let rows: u64 = p.tables_done.iter().map(|t| t.rows).sum();
+    if p.complete {
+        println!(
+            "snapshot:         complete ({} table(s), {rows} rows)",
+            p.tables_done.len()
+        );
+        return;
+    }
+    println!(
+        "snapshot:         running; {} table(s) done ({rows} rows)",
+        p.tables_done.len()
+    );
+    if let Some(c) = &p.in_progress {
+        println!(
+            "snapshot table:   {}.{}: {} chunks, {} rows done",
+            c.table.schema, c.table.name, c.chunks_done, c.rows_done
+        );
+    }
 }
 
 /// `pgcdc quickstart`: progress lines, then the report; fails if a check fails.

@@ -129,11 +129,16 @@ async fn demo(
         .batch_execute(workload::CREATE_TABLE)
         .await
         .map_err(QuickstartError::pg("create the demo table"))?;
+    client
+        .batch_execute(workload::SEED)
+        .await
+        .map_err(QuickstartError::pg("fill the demo table"))?;
     std::fs::write(&files.config, config_text(cluster.port(), &files.events))
         .map_err(|e| QuickstartError::io("write", &files.config, e))?;
     let config = Config::load(&files.config)?;
     progress(&format!(
-        "created {TABLE}; wrote {}",
+        "created {TABLE} with {} rows; wrote {}",
+        workload::SEED_ROWS,
         files.config.display()
     ));
 
@@ -289,6 +294,7 @@ async fn demo(
         written,
         written_while_down,
         delivered_lines: delivered.lines,
+        snapshot_reads: delivered.reads,
         distinct: delivered.distinct,
         operator_lines: delivered.operator_lines,
         checkpoints,

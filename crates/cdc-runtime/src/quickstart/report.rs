@@ -52,8 +52,11 @@ pub struct Report {
     pub written: Written,
     /// Row changes committed while `pgcdc run` was down.
     pub written_while_down: u64,
-    /// Event lines of the demo table in the events files.
+    /// Change event lines (c, u, d) of the demo table in the events files.
     pub delivered_lines: u64,
+    /// Rows the initial snapshot delivered (op r lines, duplicates after a
+    /// crash included).
+    pub snapshot_reads: u64,
     /// Distinct events by `(transaction.id, transaction.total_order)`.
     pub distinct: Written,
     /// Event lines of the operators' output in the same file.
@@ -115,7 +118,12 @@ impl fmt::Display for Report {
             w.deletes,
             self.written_while_down
         )?;
-        writeln!(f, "  events in the file:  {:>7}", self.delivered_lines)?;
+        writeln!(
+            f,
+            "  snapshot reads:      {:>7}  (op r: the initial snapshot, read while the stream ran)",
+            self.snapshot_reads
+        )?;
+        writeln!(f, "  change events:       {:>7}", self.delivered_lines)?;
         writeln!(
             f,
             "  distinct events:     {:>7}  (by transaction.id + transaction.total_order)",

@@ -21,6 +21,14 @@ pub(super) const CREATE_TABLE: &str =
     "CREATE TABLE public.orders (id bigint PRIMARY KEY, customer int, amount int);
      ALTER TABLE public.orders REPLICA IDENTITY FULL";
 
+/// Rows in the table before `pgcdc run` starts (ids -1 down to
+/// -SEED_ROWS): they reach the events file through the initial snapshot.
+pub(super) const SEED_ROWS: i64 = 2000;
+
+/// Fills the table before `pgcdc run` starts.
+pub(super) const SEED: &str = "INSERT INTO public.orders (id, customer, amount) \
+     SELECT -g, (g % 7)::int + 1, ((g * 37) % 100)::int + 1 FROM generate_series(1, 2000) g";
+
 /// Row changes committed by the writer, by operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Written {

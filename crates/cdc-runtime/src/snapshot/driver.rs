@@ -16,6 +16,7 @@ use super::catalog::SnapshotTable;
 use super::fallback::{self, FromFallback};
 use super::key::RowKey;
 use super::merge::{ChunkId, HighWatermark, Merger};
+use super::progress::{Display, TableProgress};
 use super::reader::{self, KeyRange, PlanCursor, Start, ToSource};
 use super::{SnapshotError, SnapshotOptions, WATERMARK_PREFIX};
 use crate::event::{ChangeEvent, Operation, RowValues, TableSchema};
@@ -95,7 +96,7 @@ pub(crate) struct Snapshot {
     /// Per stream schema: which snapshot table it is.
     stream_keys: HashMap<usize, (Arc<TableSchema>, StreamTable)>,
     started_at: Instant,
-    last_log: Instant,
+    display: Display,
     rows_total: u64,
 }
 
@@ -157,6 +158,7 @@ impl Snapshot {
         let (tx, rx) = mpsc::unbounded_channel();
         let (done_tx, _) = watch::channel(table);
         let now = Instant::now();
+        let display = Display::new(options.log_interval);
         let s = Snapshot {
             tables: Arc::new(tables),
             fallback_tables: Arc::new(keyless),
@@ -182,7 +184,7 @@ impl Snapshot {
             done_tx,
             stream_keys: HashMap::new(),
             started_at: now,
-            last_log: now,
+            display,
             rows_total: 0,
         };
         // Readers start with the stream (see `restart`).
@@ -596,21 +598,19 @@ impl Snapshot {
     }
 
     fn log_progress(&mut self, finished: bool) {
-        if !finished && self.last_log.elapsed() < self.options.log_interval {
-            return;
-        }
         let Some(t) = self.tables.get(self.table) else {
             return;
         };
         let secs = self.started_at.elapsed().as_secs_f64().max(1e-3);
-        let rate = self.rows_total as f64 / secs;
-        let eta = t
-            .estimated_rows
-            .filter(|_| !finished && rate > 0.0)
-            .map(|est| (est.saturating_sub(self.rows_done) as f64 / rate).round() as u64);
-        tracing::info!(table = %t.display_name(), rows = self.rows_done, chunks = self.chunks_done,
-            rows_per_s = rate.round() as u64, eta_s = ?eta, done = finished, "snapshot progress");
-        self.last_log = Instant::now();
+        let name = t.display_name();
+        let p = TableProgress {
+            table: &name,
+            rows: self.rows_done,
+            chunks: self.chunks_done,
+            estimate: t.estimated_rows,
+            rate: self.rows_total as f64 / secs,
+        };
+        self.display.show(&p, finished);
     }
 
     /// The stream restarted: the chunks being read are read again, by new

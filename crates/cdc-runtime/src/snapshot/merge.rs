@@ -217,7 +217,9 @@ impl<T: Eq + Hash + Clone, K: Eq + Hash + Clone, R> Merger<T, K, R> {
         if truncated {
             rows.clear();
         }
-        rows.retain(|(key, _)| !changed.contains(key));
+        if !changed.is_empty() {
+            rows.retain(|(key, _)| !changed.contains(key));
+        }
         Ok(HighWatermark::Emit {
             dropped: before - rows.len(),
             table,

@@ -45,6 +45,7 @@ mod driver;
 mod fallback;
 mod key;
 pub mod merge;
+mod progress;
 mod reader;
 
 use std::time::Duration;

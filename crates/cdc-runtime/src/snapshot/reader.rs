@@ -88,6 +88,10 @@ struct Planner {
     redo: VecDeque<KeyRange>,
     next_chunk: ChunkId,
     chunk_size: u64,
+    /// The first table the pipeline has not finished: a table is started
+    /// only once every earlier one is finished, so a checkpoint's progress
+    /// names one table in progress.
+    done: watch::Receiver<usize>,
 }
 
 enum Next {
@@ -118,6 +122,9 @@ impl Planner {
                 self.table += 1;
                 continue;
             }
+            if *self.done.borrow() < self.table {
+                return Ok(Next::WaitFor(self.table - 1));
+            }
             if let Some(range) = self.redo.pop_front() {
                 return Ok(self.chunk(range, tx, permit));
             }
@@ -128,11 +135,9 @@ impl Planner {
                 self.cursor.next = hi.clone();
                 return Ok(self.chunk(KeyRange { lo, hi }, tx, permit));
             }
-            let done = self.table;
-            let _ = tx.send(ToSource::TablePlanned { table: done });
+            let _ = tx.send(ToSource::TablePlanned { table: self.table });
             self.table += 1;
             self.cursor = PlanCursor::default();
-            return Ok(Next::WaitFor(done));
         }
     }
 
@@ -228,8 +233,11 @@ pub(crate) fn spawn(
         redo,
         next_chunk: start.first_chunk,
         chunk_size: options.chunk_size.max(1),
+        done: done_tables.clone(),
     }));
-    let permits = Arc::new(Semaphore::new(readers));
+    // Two chunks per reader may wait for their high watermark to come
+    // through the stream, so readers rarely wait for the merge.
+    let permits = Arc::new(Semaphore::new(readers * 2));
     let mut set = JoinSet::new();
     for _ in 0..readers {
         let reader = Reader {

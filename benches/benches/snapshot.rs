@@ -1,0 +1,202 @@
+//! Initial snapshot throughput: pgcdc's chunked, watermarked snapshot of a table
+//! into the null sink, against `COPY (SELECT …) TO STDOUT` of the same table to
+//! /dev/null through psql, in the same run, on the same server.
+//!
+//! Starts its own throwaway cluster (autovacuum off), writes a table of
+//! `PGCDC_SNAPSHOT_ROWS` rows (default 5,000,000: a bigint key, an int and 32
+//! characters of text), then vacuums and analyzes it. Each repetition
+//! (`PGCDC_BENCH_REPS`, default 3, order reversed every other time) times:
+//!
+//! * `psql -c "COPY (SELECT id, a, b FROM snap) TO STDOUT" -o /dev/null`, from spawn
+//!   to exit;
+//! * pgcdc: a fresh slot, then the pipeline with the snapshot (default chunk size,
+//!   `PGCDC_SNAPSHOT_READERS` readers, default 2) into the null sink, from start
+//!   until the snapshot is complete and every row has reached the sink
+//!   (low/high watermarks, the merge with the stream and the events included).
+//!
+//! Rows/s and MB/s (MB of COPY text output, the same for both) are medians;
+//! the ratio is the median of the per-repetition ratios of pgcdc's throughput
+//! to COPY's. `cargo bench -p pgcdc-benches --bench snapshot`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cdc_runtime::pipeline::{Pipeline, PipelineOptions};
+use cdc_runtime::replication::ReplicationConfig;
+use cdc_runtime::sinks::NullSink;
+use cdc_runtime::snapshot::{published_tables, SnapshotOptions, SnapshotPlan, SnapshotState};
+use integration_tests::{ClusterOptions, TestPostgres};
+use pgcdc_benches::median;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+fn uptime() -> String {
+    Command::new("uptime")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|_| "uptime unavailable".into())
+}
+
+async fn run() {
+    let rows = env_usize("PGCDC_SNAPSHOT_ROWS", 5_000_000);
+    let reps = env_usize("PGCDC_BENCH_REPS", 3).max(1);
+    let readers = env_usize("PGCDC_SNAPSHOT_READERS", 2).max(1);
+    eprintln!("load before: {}", uptime());
+    let cluster = TestPostgres::dedicated(ClusterOptions::new().setting("autovacuum", "off"))
+        .await
+        .unwrap();
+    let db = cluster.create_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    eprintln!("writing {rows} rows...");
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE snap (id bigint PRIMARY KEY, a int NOT NULL, b text NOT NULL);
+             INSERT INTO snap SELECT g, g % 1000, md5(g::text) FROM generate_series(1, {rows}) g;
+             VACUUM ANALYZE snap;
+             CREATE PUBLICATION snap_pub FOR TABLE snap;"
+        ))
+        .await
+        .unwrap();
+    // MB of COPY's text output (the same data both contenders move).
+    let bytes: i64 = client
+        .query_one(
+            "SELECT sum(length(id::text) + length(a::text) + length(b) + 3)::bigint FROM snap",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let mb = bytes as f64 / 1e6;
+    let rc: ReplicationConfig = format!(
+        "host={} port={} dbname={} user={} sslmode=disable",
+        db.host(),
+        db.port(),
+        db.name(),
+        db.user()
+    )
+    .parse()
+    .unwrap();
+
+    let mut copy_s = Vec::new();
+    let mut pgcdc_s = Vec::new();
+    let mut ratios = Vec::new();
+    for rep in 0..reps {
+        let mut order = ["copy", "pgcdc"];
+        if rep % 2 == 1 {
+            order.reverse();
+        }
+        let (mut c, mut p) = (0.0, 0.0);
+        for who in order {
+            if who == "copy" {
+                let started = Instant::now();
+                let status = Command::new("psql")
+                    .args([
+                        "-X",
+                        "-q",
+                        "-h",
+                        db.host(),
+                        "-p",
+                        &db.port().to_string(),
+                        "-U",
+                        db.user(),
+                        "-d",
+                        db.name(),
+                        "-o",
+                        "/dev/null",
+                        "-c",
+                        "COPY (SELECT id, a, b FROM snap) TO STDOUT",
+                    ])
+                    .stdout(Stdio::null())
+                    .status()
+                    .unwrap();
+                assert!(status.success(), "psql COPY failed");
+                c = started.elapsed().as_secs_f64();
+                eprintln!("rep {}: COPY {c:.2} s", rep + 1);
+            } else {
+                client
+                    .execute(
+                        "SELECT pg_create_logical_replication_slot('snap_slot', 'pgoutput')",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                let started = Instant::now();
+                let tables = published_tables(&client, &["snap_pub".to_owned()])
+                    .await
+                    .unwrap();
+                let plan = SnapshotPlan {
+                    tables,
+                    replication: rc.clone(),
+                    options: SnapshotOptions {
+                        readers,
+                        ..SnapshotOptions::default()
+                    },
+                };
+                let po = PipelineOptions::new(rc.clone(), "snap_slot", "snap_pub");
+                let pipeline =
+                    Pipeline::new(po, vec![Box::new(NullSink::new())]).with_snapshot(plan);
+                let mut watch = pipeline.progress();
+                let progress = tokio::time::timeout(
+                    Duration::from_secs(1800),
+                    pipeline.run(async move {
+                        let _ = watch
+                            .wait_for(|p| p.snapshot == SnapshotState::Complete)
+                            .await;
+                    }),
+                )
+                .await
+                .expect("the snapshot finishes")
+                .unwrap();
+                p = started.elapsed().as_secs_f64();
+                assert_eq!(progress.events, rows as u64, "every row is one event");
+                eprintln!("rep {}: pgcdc {p:.2} s", rep + 1);
+                client
+                    .execute("SELECT pg_drop_replication_slot('snap_slot')", &[])
+                    .await
+                    .unwrap();
+            }
+        }
+        copy_s.push(c);
+        pgcdc_s.push(p);
+        ratios.push(c / p);
+    }
+    let ratio_range = (
+        ratios.iter().copied().fold(f64::INFINITY, f64::min),
+        ratios.iter().copied().fold(0.0, f64::max),
+    );
+    let copy = median(copy_s);
+    let pgcdc = median(pgcdc_s);
+    eprintln!("load after: {}", uptime());
+    println!("\n{rows} rows, {mb:.0} MB of COPY text, {readers} readers, medians of {reps}:\n");
+    println!("| contender | seconds | rows/s | MB/s | throughput / COPY |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| `psql` COPY … TO STDOUT > /dev/null | {copy:.2} | {:.0} | {:.0} | |",
+        rows as f64 / copy,
+        mb / copy
+    );
+    println!(
+        "| pgcdc snapshot → null sink | {pgcdc:.2} | {:.0} | {:.0} | {:.2} ({:.2}–{:.2}) |",
+        rows as f64 / pgcdc,
+        mb / pgcdc,
+        median(ratios),
+        ratio_range.0,
+        ratio_range.1
+    );
+    drop(client);
+    cluster.stop().await.unwrap();
+}
+
+fn main() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run());
+}
