@@ -602,7 +602,7 @@ async fn the_checkpoint_and_slot_commands_show_and_prune_checkpoints() {
     let id = newest.id.get().to_string();
     let (ok, text) = pgcdc(&job, &["checkpoints", "show", &id]).await;
     assert!(ok, "{text}");
-    assert!(text.contains("totals (keyed_aggregate v1)"), "{text}");
+    assert!(text.contains("totals (keyed_aggregate v2)"), "{text}");
     assert!(text.contains("counts (table_counters v1)"), "{text}");
 
     let (ok, text) = pgcdc(&job, &["slot", "status"]).await;

@@ -180,7 +180,7 @@ impl CheckpointConfig {
 /// [[operators]]
 /// type = "keyed_aggregate"
 /// id = "order_totals"          # emitted as table pgcdc.order_totals
-/// table = "public.orders"      # needs REPLICA IDENTITY FULL
+/// table = "public.orders"      # any replica identity; one remembered row per source row
 /// key = "customer_id"
 /// value = "amount"
 /// ```

@@ -16,8 +16,10 @@
 //! * [`TableCounters`]: per-table counts of inserts, updates, deletes and
 //!   truncates.
 //! * [`KeyedAggregate`]: count and sum of an integer column grouped by a key
-//!   column, emitted to the sinks as upserts of a derived table; its state
-//!   grows with the number of keys.
+//!   column, emitted to the sinks as upserts of a derived table. It treats
+//!   every change as an upsert or delete of a row (as the stream is during
+//!   an initial snapshot), so it remembers each source row's contribution:
+//!   its state grows with the number of rows of the source table.
 //!
 //! ```
 //! use cdc_runtime::operators::{Operator, TableCounters};
@@ -76,8 +78,10 @@ pub trait Operator: StatefulOperator + Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum OperatorError {
-    /// An update or delete did not carry the columns the operator needs.
-    #[error("operator {operator}: {table} sent a {op} without column {column}; set REPLICA IDENTITY FULL on {table}")]
+    /// An event did not carry a column the operator needs: the table has no
+    /// such column (or the publication leaves it out), or an update sent an
+    /// unchanged TOASTed value of a row the operator does not know.
+    #[error("operator {operator}: {table} sent a {op} without a value for column {column}")]
     MissingColumn {
         /// Operator id.
         operator: String,

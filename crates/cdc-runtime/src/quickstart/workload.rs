@@ -15,7 +15,7 @@ const CUSTOMERS: i64 = 5;
 /// The writer's pace: one round (a few small transactions) per tick.
 const ROUND_INTERVAL: Duration = Duration::from_millis(4);
 
-/// `public.orders`, with REPLICA IDENTITY FULL so updates and deletes carry
+/// `public.orders`, with REPLICA IDENTITY FULL so update and delete events carry
 /// the old row (the aggregate needs the old amount).
 pub(super) const CREATE_TABLE: &str =
     "CREATE TABLE public.orders (id bigint PRIMARY KEY, customer int, amount int);
