@@ -10,7 +10,8 @@
 //! * `psql -c "COPY (SELECT id, a, b FROM snap) TO STDOUT" -o /dev/null`, from spawn
 //!   to exit;
 //! * pgcdc: a fresh slot, then the pipeline with the snapshot (default chunk size,
-//!   `PGCDC_SNAPSHOT_READERS` readers, default 2) into the null sink, from start
+//!   `PGCDC_SNAPSHOT_READERS` readers, default 2; `PGCDC_SNAPSHOT_CHUNK` rows per
+//!   chunk, default the default chunk size) into the null sink, from start
 //!   until the snapshot is complete and every row has reached the sink
 //!   (low/high watermarks, the merge with the stream and the events included).
 //!
@@ -47,6 +48,11 @@ async fn run() {
     let rows = env_usize("PGCDC_SNAPSHOT_ROWS", 5_000_000);
     let reps = env_usize("PGCDC_BENCH_REPS", 3).max(1);
     let readers = env_usize("PGCDC_SNAPSHOT_READERS", 2).max(1);
+    let chunk_size = env_usize(
+        "PGCDC_SNAPSHOT_CHUNK",
+        cdc_runtime::snapshot::DEFAULT_CHUNK_SIZE as usize,
+    )
+    .max(1);
     eprintln!("load before: {}", uptime());
     let cluster = TestPostgres::dedicated(ClusterOptions::new().setting("autovacuum", "off"))
         .await
@@ -58,11 +64,12 @@ async fn run() {
         .batch_execute(&format!(
             "CREATE TABLE snap (id bigint PRIMARY KEY, a int NOT NULL, b text NOT NULL);
              INSERT INTO snap SELECT g, g % 1000, md5(g::text) FROM generate_series(1, {rows}) g;
-             VACUUM ANALYZE snap;
              CREATE PUBLICATION snap_pub FOR TABLE snap;"
         ))
         .await
         .unwrap();
+    // On its own: VACUUM cannot run in the implicit transaction of a batch.
+    client.batch_execute("VACUUM ANALYZE snap").await.unwrap();
     // MB of COPY's text output (the same data both contenders move).
     let bytes: i64 = client
         .query_one(
@@ -86,6 +93,7 @@ async fn run() {
     let mut copy_s = Vec::new();
     let mut pgcdc_s = Vec::new();
     let mut ratios = Vec::new();
+    let mut cpu_s = Vec::new();
     for rep in 0..reps {
         let mut order = ["copy", "pgcdc"];
         if rep % 2 == 1 {
@@ -127,6 +135,7 @@ async fn run() {
                     .await
                     .unwrap();
                 let started = Instant::now();
+                let cpu = cpu_time::ProcessTime::now();
                 let tables = published_tables(&client, &["snap_pub".to_owned()])
                     .await
                     .unwrap();
@@ -135,6 +144,7 @@ async fn run() {
                     replication: rc.clone(),
                     options: SnapshotOptions {
                         readers,
+                        chunk_size: chunk_size as u64,
                         ..SnapshotOptions::default()
                     },
                 };
@@ -154,8 +164,10 @@ async fn run() {
                 .expect("the snapshot finishes")
                 .unwrap();
                 p = started.elapsed().as_secs_f64();
+                let cpu = cpu.elapsed().as_secs_f64();
+                cpu_s.push(cpu);
                 assert_eq!(progress.events, rows as u64, "every row is one event");
-                eprintln!("rep {}: pgcdc {p:.2} s", rep + 1);
+                eprintln!("rep {}: pgcdc {p:.2} s, {cpu:.2} s CPU", rep + 1);
                 client
                     .execute("SELECT pg_drop_replication_slot('snap_slot')", &[])
                     .await
@@ -172,17 +184,18 @@ async fn run() {
     );
     let copy = median(copy_s);
     let pgcdc = median(pgcdc_s);
+    let cpu = median(cpu_s);
     eprintln!("load after: {}", uptime());
     println!("\n{rows} rows, {mb:.0} MB of COPY text, {readers} readers, medians of {reps}:\n");
-    println!("| contender | seconds | rows/s | MB/s | throughput / COPY |");
-    println!("|---|---|---|---|---|");
+    println!("| contender | seconds | rows/s | MB/s | throughput / COPY | client CPU s |");
+    println!("|---|---|---|---|---|---|");
     println!(
-        "| `psql` COPY … TO STDOUT > /dev/null | {copy:.2} | {:.0} | {:.0} | |",
+        "| `psql` COPY … TO STDOUT > /dev/null | {copy:.2} | {:.0} | {:.0} | | |",
         rows as f64 / copy,
         mb / copy
     );
     println!(
-        "| pgcdc snapshot → null sink | {pgcdc:.2} | {:.0} | {:.0} | {:.2} ({:.2}–{:.2}) |",
+        "| pgcdc snapshot → null sink | {pgcdc:.2} | {:.0} | {:.0} | {:.2} ({:.2}–{:.2}) | {cpu:.2} |",
         rows as f64 / pgcdc,
         mb / pgcdc,
         median(ratios),
@@ -194,6 +207,12 @@ async fn run() {
 }
 
 fn main() {
+    if let Ok(filter) = std::env::var("PGCDC_BENCH_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -16,7 +16,7 @@ const CUSTOMERS: i64 = 5;
 const ROUND_INTERVAL: Duration = Duration::from_millis(4);
 
 /// `public.orders`, with REPLICA IDENTITY FULL so update and delete events carry
-/// the old row (the aggregate needs the old amount).
+/// the old row.
 pub(super) const CREATE_TABLE: &str =
     "CREATE TABLE public.orders (id bigint PRIMARY KEY, customer int, amount int);
      ALTER TABLE public.orders REPLICA IDENTITY FULL";

@@ -405,7 +405,6 @@ impl Snapshot {
                     if let Some(c) = self.chunks.get_mut(&chunk) {
                         c.rows = rows.len() as u64;
                     }
-                    let rows = rows.into_iter().map(|r| (r.key, r.values)).collect();
                     self.merger
                         .rows(chunk, rows)
                         .map_err(|e| SnapshotError::Merge(e.to_string()))?;
@@ -455,9 +454,14 @@ impl Snapshot {
                 Ok(None)
             }
             Some(Mark::High(chunk)) => {
+                let tables = &self.tables;
+                let key_of = |row: &RowValues| {
+                    let key = &tables.get(self.chunks.get(&chunk)?.table)?.key;
+                    RowKey::of(row, key)
+                };
                 let merged = self
                     .merger
-                    .high_watermark(chunk)
+                    .high_watermark(chunk, key_of)
                     .map_err(|e| SnapshotError::Merge(e.to_string()))?;
                 match merged {
                     HighWatermark::Ignored => Ok(None),
@@ -472,7 +476,7 @@ impl Snapshot {
                             .get(table)
                             .map(|t| t.event_schema.clone())
                             .ok_or_else(|| SnapshotError::Merge(format!("no table #{table}")))?;
-                        Ok(Some((schema, rows.into_iter().map(|(_, r)| r).collect())))
+                        Ok(Some((schema, rows)))
                     }
                 }
             }

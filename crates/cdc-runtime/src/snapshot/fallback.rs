@@ -101,7 +101,7 @@ pub(crate) async fn run(
         let mut batch = Vec::with_capacity(BATCH);
         let mut count = 0u64;
         while let Some(line) = stream.try_next().await? {
-            batch.push(decode(table, &line)?.values);
+            batch.push(decode(table, &line)?);
             if batch.len() == BATCH {
                 count += batch.len() as u64;
                 let rows = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));

@@ -64,12 +64,12 @@ pub enum Watermark {
 /// What a high watermark did.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use]
-pub enum HighWatermark<T, K, R> {
+pub enum HighWatermark<T, R> {
     /// The chunk is finished: emit `rows` (in delivery order) now, before
     /// any later stream event. `dropped` rows were superseded by the stream.
     Emit {
         table: T,
-        rows: Vec<(K, R)>,
+        rows: Vec<R>,
         dropped: usize,
     },
     /// The rows have not arrived: deliver them with [`Merger::rows`], then
@@ -80,11 +80,11 @@ pub enum HighWatermark<T, K, R> {
 }
 
 #[derive(Debug)]
-struct Chunk<T, K, R> {
+struct Chunk<T, R> {
     table: T,
     /// `LW` seen; the window lives in `Merger::windows`.
     open: bool,
-    rows: Option<Vec<(K, R)>>,
+    rows: Option<Vec<R>>,
 }
 
 /// The keys changed in one open window.
@@ -101,7 +101,7 @@ struct Window<K> {
 /// `T` names a table, `K` is a primary key, `R` a row payload.
 #[derive(Debug)]
 pub struct Merger<T, K, R> {
-    chunks: HashMap<ChunkId, Chunk<T, K, R>>,
+    chunks: HashMap<ChunkId, Chunk<T, R>>,
     /// Open windows by table; a table without open windows has no entry, so
     /// [`Merger::changed`] is one failed lookup for it.
     windows: HashMap<T, Vec<Window<K>>>,
@@ -160,7 +160,7 @@ impl<T: Eq + Hash + Clone, K: Eq + Hash + Clone, R> Merger<T, K, R> {
     }
 
     /// The rows of `chunk` arrived, at any time after [`Merger::start`].
-    pub fn rows(&mut self, chunk: ChunkId, rows: Vec<(K, R)>) -> Result<(), MergeError> {
+    pub fn rows(&mut self, chunk: ChunkId, rows: Vec<R>) -> Result<(), MergeError> {
         let state = self
             .chunks
             .get_mut(&chunk)
@@ -196,8 +196,14 @@ impl<T: Eq + Hash + Clone, K: Eq + Hash + Clone, R> Merger<T, K, R> {
         }
     }
 
-    /// `HW(chunk)` seen in the stream.
-    pub fn high_watermark(&mut self, chunk: ChunkId) -> Result<HighWatermark<T, K, R>, MergeError> {
+    /// `HW(chunk)` seen in the stream. `key_of` gives a row's key; it is
+    /// called only when the window saw changes of the chunk's table (`None`:
+    /// the row has no key and is kept).
+    pub fn high_watermark(
+        &mut self,
+        chunk: ChunkId,
+        key_of: impl Fn(&R) -> Option<K>,
+    ) -> Result<HighWatermark<T, R>, MergeError> {
         let Some(state) = self.chunks.get(&chunk) else {
             return Ok(HighWatermark::Ignored);
         };
@@ -218,7 +224,7 @@ impl<T: Eq + Hash + Clone, K: Eq + Hash + Clone, R> Merger<T, K, R> {
             rows.clear();
         }
         if !changed.is_empty() {
-            rows.retain(|(key, _)| !changed.contains(key));
+            rows.retain(|row| key_of(row).is_none_or(|key| !changed.contains(&key)));
         }
         Ok(HighWatermark::Emit {
             dropped: before - rows.len(),
@@ -263,10 +269,15 @@ impl<T: Eq + Hash + Clone, K: Eq + Hash + Clone, R> Merger<T, K, R> {
 mod tests {
     use super::*;
 
-    type M = Merger<&'static str, i64, &'static str>;
+    type M = Merger<&'static str, i64, (i64, &'static str)>;
+
+    /// The key of a test row `(key, payload)`.
+    fn first<K: Clone, P>(row: &(K, P)) -> Option<K> {
+        Some(row.0.clone())
+    }
 
     fn emitted(
-        out: Result<HighWatermark<&'static str, i64, &'static str>, MergeError>,
+        out: Result<HighWatermark<&'static str, (i64, &'static str)>, MergeError>,
     ) -> Vec<i64> {
         match out {
             Ok(HighWatermark::Emit { rows, .. }) => rows.into_iter().map(|(k, _)| k).collect(),
@@ -284,7 +295,7 @@ mod tests {
         assert_eq!(m.low_watermark(1), Watermark::Opened);
         m.changed(&"t", &2);
         m.changed(&"other", &3); // another table's key 3
-        let out = m.high_watermark(1);
+        let out = m.high_watermark(1, first);
         m.changed(&"t", &4); // after HW: changes nothing
         assert_eq!(emitted(out), vec![3, 1, 4]);
         assert!(
@@ -304,8 +315,8 @@ mod tests {
         assert_eq!(m.low_watermark(1), Watermark::Opened);
         m.truncated(&"t");
         assert_eq!(m.low_watermark(2), Watermark::Opened);
-        assert_eq!(emitted(m.high_watermark(1)), Vec::<i64>::new());
-        assert_eq!(emitted(m.high_watermark(2)), vec![3]);
+        assert_eq!(emitted(m.high_watermark(1, first)), Vec::<i64>::new());
+        assert_eq!(emitted(m.high_watermark(2, first)), vec![3]);
     }
 
     #[test]
@@ -319,23 +330,23 @@ mod tests {
         m.changed(&"t", &1);
         let _ = m.low_watermark(2);
         m.changed(&"t", &2);
-        assert_eq!(emitted(m.high_watermark(1)), Vec::<i64>::new());
-        assert_eq!(emitted(m.high_watermark(2)), vec![1]);
+        assert_eq!(emitted(m.high_watermark(1, first)), Vec::<i64>::new());
+        assert_eq!(emitted(m.high_watermark(2, first)), vec![1]);
     }
 
     #[test]
     fn stale_and_repeated_watermarks_are_ignored() {
         let mut m = M::new();
         assert_eq!(m.low_watermark(7), Watermark::Ignored);
-        assert_eq!(m.high_watermark(7), Ok(HighWatermark::Ignored));
+        assert_eq!(m.high_watermark(7, first), Ok(HighWatermark::Ignored));
         m.start(1, "t").unwrap();
         m.rows(1, vec![(1, "a")]).unwrap();
         assert_eq!(m.low_watermark(1), Watermark::Opened);
         m.changed(&"t", &1);
         assert_eq!(m.low_watermark(1), Watermark::Ignored); // keeps the first window
-        assert_eq!(emitted(m.high_watermark(1)), Vec::<i64>::new());
+        assert_eq!(emitted(m.high_watermark(1, first)), Vec::<i64>::new());
         assert_eq!(m.low_watermark(1), Watermark::Ignored);
-        assert_eq!(m.high_watermark(1), Ok(HighWatermark::Ignored));
+        assert_eq!(m.high_watermark(1, first), Ok(HighWatermark::Ignored));
         assert_eq!(m.rows(1, vec![]), Err(MergeError::UnknownChunk(1)));
     }
 
@@ -345,12 +356,12 @@ mod tests {
         m.start(1, "t").unwrap();
         let _ = m.low_watermark(1);
         m.changed(&"t", &2);
-        assert_eq!(m.high_watermark(1), Ok(HighWatermark::RowsPending));
+        assert_eq!(m.high_watermark(1, first), Ok(HighWatermark::RowsPending));
         assert_eq!(m.in_flight(), 1);
         m.rows(1, vec![(1, "a"), (2, "b")]).unwrap();
         let rows = vec![(1, "a")];
         assert_eq!(
-            m.high_watermark(1),
+            m.high_watermark(1, first),
             Ok(HighWatermark::Emit {
                 table: "t",
                 rows,
@@ -368,7 +379,10 @@ mod tests {
         assert_eq!(m.rows(1, vec![]), Err(MergeError::RowsAlreadyDelivered(1)));
         assert_eq!(m.rows(2, vec![]), Err(MergeError::UnknownChunk(2)));
         // HW before LW: the window is unknown, so the chunk is forgotten.
-        assert_eq!(m.high_watermark(1), Err(MergeError::HighBeforeLow(1)));
+        assert_eq!(
+            m.high_watermark(1, first),
+            Err(MergeError::HighBeforeLow(1))
+        );
         assert_eq!(m.in_flight(), 0);
         assert_eq!(m.low_watermark(1), Watermark::Ignored);
     }
@@ -384,7 +398,7 @@ mod tests {
         assert_eq!(m.abandon_all(), vec![2, 5, 9]);
         assert_eq!(m.in_flight(), 0);
         assert!(m.windows.is_empty());
-        assert_eq!(m.high_watermark(2), Ok(HighWatermark::Ignored));
+        assert_eq!(m.high_watermark(2, first), Ok(HighWatermark::Ignored));
         m.start(2, "t").unwrap(); // the id is free again
     }
 
@@ -392,6 +406,7 @@ mod tests {
     /// concurrent commits; the merged output equals the tables' final state.
     mod model {
         use super::super::*;
+        use super::first;
         use proptest::prelude::*;
         use std::collections::{BTreeMap, VecDeque};
         use std::error::Error;
@@ -538,7 +553,7 @@ mod tests {
             reads: &Reads,
             honour_changes: bool,
         ) -> Result<Tables, Box<dyn Error>> {
-            let mut m: Merger<usize, i64, u64> = Merger::new();
+            let mut m: Merger<usize, i64, (i64, u64)> = Merger::new();
             let mut sink: Tables = Default::default();
             for input in log {
                 match input {
@@ -562,10 +577,10 @@ mod tests {
                         };
                     }
                     Input::High(id) => {
-                        let mut out = m.high_watermark(*id)?;
+                        let mut out = m.high_watermark(*id, first)?;
                         if out == HighWatermark::RowsPending {
                             m.rows(*id, reads[id].clone())?;
-                            out = m.high_watermark(*id)?;
+                            out = m.high_watermark(*id, first)?;
                         }
                         let HighWatermark::Emit { table, rows, .. } = out else {
                             return Err(format!("HW({id}): {out:?}").into());

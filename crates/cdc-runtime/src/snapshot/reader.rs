@@ -19,7 +19,6 @@ use tokio_postgres::Client;
 
 use super::catalog::SnapshotTable;
 use super::copy_text::fields;
-use super::key::RowKey;
 use super::merge::ChunkId;
 use super::{SnapshotError, SnapshotOptions, WATERMARK_PREFIX};
 use crate::event::RowValues;
@@ -47,12 +46,6 @@ pub(crate) struct PlanCursor {
     pub(crate) redo: Vec<KeyRange>,
 }
 
-/// One row of a chunk.
-pub(crate) struct ChunkRow {
-    pub(crate) key: RowKey,
-    pub(crate) values: RowValues,
-}
-
 /// What the readers tell the pipeline.
 pub(crate) enum ToSource {
     /// A chunk's read starts; its low watermark follows. `cursor` is the
@@ -65,7 +58,10 @@ pub(crate) enum ToSource {
         permit: OwnedSemaphorePermit,
     },
     /// The rows of a chunk; its high watermark follows.
-    Rows { chunk: ChunkId, rows: Vec<ChunkRow> },
+    Rows {
+        chunk: ChunkId,
+        rows: Vec<RowValues>,
+    },
     /// Every chunk of `table` has been started.
     TablePlanned { table: usize },
 }
@@ -327,11 +323,16 @@ impl Reader {
         chunk: ChunkId,
         range: &KeyRange,
     ) -> Result<(), SnapshotError> {
+        let started = std::time::Instant::now();
         watermark(client, &self.token, "lw", chunk).await?;
+        let low = started.elapsed();
         wait_for_open_transactions(client).await?;
+        let waited = started.elapsed();
         let rows = read_range(client, table, range).await?;
         tracing::debug!(table = %table.display_name(), chunk, lo = %key_text(&range.lo),
-            hi = %key_text(&range.hi), rows = rows.len(), "snapshot chunk read");
+            hi = %key_text(&range.hi), rows = rows.len(), low_us = low.as_micros() as u64,
+            wait_us = (waited - low).as_micros() as u64,
+            read_us = (started.elapsed() - waited).as_micros() as u64, "snapshot chunk read");
         if self.tx.send(ToSource::Rows { chunk, rows }).is_err() {
             return Ok(());
         }
@@ -345,7 +346,10 @@ fn key_text(key: &Option<Vec<String>>) -> String {
     key.as_ref().map_or_else(|| "-".to_owned(), |k| k.join(","))
 }
 
-/// Writes a watermark in a transaction of its own.
+/// Writes a watermark in a transaction of its own. A low watermark's
+/// commit is not waited for (its place in the WAL is fixed when it is
+/// written, and the high watermark's flush makes it durable with it); a
+/// high watermark is flushed at once, so the stream brings it without delay.
 async fn watermark(
     client: &Client,
     token: &str,
@@ -353,12 +357,20 @@ async fn watermark(
     chunk: ChunkId,
 ) -> Result<(), SnapshotError> {
     let payload = format!("{token} {kind} {chunk}");
-    client
-        .execute(
-            "SELECT pg_catalog.pg_logical_emit_message(true, $1, $2)",
-            &[&WATERMARK_PREFIX, &payload],
-        )
-        .await?;
+    let emit = format!(
+        "SELECT pg_catalog.pg_logical_emit_message(true, {}, {})",
+        cdc_core::sql::quote_literal(WATERMARK_PREFIX),
+        cdc_core::sql::quote_literal(&payload)
+    );
+    if kind == "lw" {
+        client
+            .batch_execute(&format!(
+                "BEGIN; SET LOCAL synchronous_commit = off; {emit}; COMMIT"
+            ))
+            .await?;
+    } else {
+        client.batch_execute(&emit).await?;
+    }
     Ok(())
 }
 
@@ -403,7 +415,7 @@ pub(crate) async fn read_range(
     client: &Client,
     table: &SnapshotTable,
     range: &KeyRange,
-) -> Result<Vec<ChunkRow>, SnapshotError> {
+) -> Result<Vec<RowValues>, SnapshotError> {
     let mut conditions = Vec::new();
     if let Some(lo) = &range.lo {
         conditions.push(format!("{} > {}", table.key_row(), table.key_literal(lo)));
@@ -433,8 +445,8 @@ pub(crate) async fn read_range(
     Ok(rows)
 }
 
-/// Decodes one COPY row into typed values and its key.
-pub(crate) fn decode(table: &SnapshotTable, line: &[u8]) -> Result<ChunkRow, SnapshotError> {
+/// Decodes one COPY row into typed values.
+pub(crate) fn decode(table: &SnapshotTable, line: &[u8]) -> Result<RowValues, SnapshotError> {
     let bad = |reason: String| SnapshotError::Row {
         table: table.display_name(),
         reason,
@@ -464,6 +476,5 @@ pub(crate) fn decode(table: &SnapshotTable, line: &[u8]) -> Result<ChunkRow, Sna
             table.columns.len()
         )));
     }
-    let key = RowKey::of(&values, &table.key).unwrap_or(RowKey(Vec::new()));
-    Ok(ChunkRow { key, values })
+    Ok(values)
 }
