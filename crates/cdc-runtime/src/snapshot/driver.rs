@@ -469,7 +469,12 @@ impl Snapshot {
                     HighWatermark::RowsPending => Err(SnapshotError::Merge(format!(
                         "high watermark of chunk {chunk} before its rows"
                     ))),
-                    HighWatermark::Emit { table, rows, .. } => {
+                    HighWatermark::Emit {
+                        table,
+                        rows,
+                        dropped,
+                    } => {
+                        tracing::debug!(chunk, rows = rows.len(), dropped, "snapshot chunk merged");
                         self.emitted.push(chunk);
                         let schema = self
                             .tables

@@ -282,15 +282,39 @@ pub async fn connect(settings: &PgClientSettings) -> Result<Client, SnapshotErro
 }
 
 impl Reader {
+    /// Reads chunks on one connection while a second one writes their high
+    /// watermarks, so a high watermark's flush overlaps the next chunk.
     async fn run(mut self) -> Result<(), SnapshotError> {
         let client = connect(&self.settings).await?;
+        let marks = connect(&self.settings).await?;
+        let (hw_tx, mut hw_rx) = mpsc::unbounded_channel::<ChunkId>();
+        let token = self.token.clone();
+        let high = async move {
+            while let Some(chunk) = hw_rx.recv().await {
+                watermark(&marks, &token, "hw", chunk).await?;
+            }
+            Ok::<(), SnapshotError>(())
+        };
+        let read = async move {
+            let result = self.read_chunks(&client, &hw_tx).await;
+            drop(hw_tx);
+            result
+        };
+        tokio::try_join!(read, high).map(|_| ())
+    }
+
+    async fn read_chunks(
+        &mut self,
+        client: &Client,
+        hw: &mpsc::UnboundedSender<ChunkId>,
+    ) -> Result<(), SnapshotError> {
         loop {
             let Ok(permit) = self.permits.clone().acquire_owned().await else {
                 return Ok(());
             };
             let next = {
                 let mut planner = self.planner.lock().await;
-                planner.next(&client, &self.tx, permit).await?
+                planner.next(client, &self.tx, permit).await?
             };
             match next {
                 Next::Done | Next::Stop => return Ok(()),
@@ -309,15 +333,17 @@ impl Reader {
                     let Some(t) = self.tables.get(table) else {
                         return Err(SnapshotError::Merge(format!("no table #{table}")));
                     };
-                    let t = t.clone();
-                    self.read_chunk(&client, &t, chunk, &range).await?;
+                    self.read_chunk(client, t, chunk, &range).await?;
+                    if hw.send(chunk).is_err() {
+                        return Ok(());
+                    }
                 }
             }
         }
     }
 
     async fn read_chunk(
-        &mut self,
+        &self,
         client: &Client,
         table: &SnapshotTable,
         chunk: ChunkId,
@@ -333,10 +359,8 @@ impl Reader {
             hi = %key_text(&range.hi), rows = rows.len(), low_us = low.as_micros() as u64,
             wait_us = (waited - low).as_micros() as u64,
             read_us = (started.elapsed() - waited).as_micros() as u64, "snapshot chunk read");
-        if self.tx.send(ToSource::Rows { chunk, rows }).is_err() {
-            return Ok(());
-        }
-        watermark(client, &self.token, "hw", chunk).await?;
+        // The high watermark follows on the other connection.
+        let _ = self.tx.send(ToSource::Rows { chunk, rows });
         Ok(())
     }
 }
