@@ -16,6 +16,8 @@
 //!   transaction in a file instead of memory and replay it at commit; the
 //!   assembler produces and reads the bytes, the caller stores them.
 //! * [`Lsn`]: WAL positions.
+//! * [`copy_text`]: rows of `COPY ... TO STDOUT` in text format, as the
+//!   initial snapshot reads them.
 //!
 //! # What it does not do
 //!
@@ -62,6 +64,7 @@
 //!   benchmarks and fuzz targets. Not for production use.
 #![forbid(unsafe_code)]
 
+pub mod copy_text;
 #[cfg(any(test, feature = "test-util"))]
 pub mod encode;
 mod error;

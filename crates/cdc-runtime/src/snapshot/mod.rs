@@ -40,7 +40,6 @@
 //! starts over (its rows are delivered again).
 
 mod catalog;
-mod copy_text;
 mod driver;
 mod fallback;
 mod key;
@@ -51,7 +50,6 @@ mod reader;
 use std::time::Duration;
 
 pub use catalog::{published_tables, Column, SnapshotTable};
-pub use copy_text::{parse_row as parse_copy_row, CopyTextError};
 pub(crate) use driver::Snapshot;
 pub(crate) use fallback::FromFallback;
 pub use key::RowKey;

@@ -18,11 +18,11 @@ use tokio::task::JoinSet;
 use tokio_postgres::Client;
 
 use super::catalog::SnapshotTable;
-use super::copy_text::fields;
 use super::merge::ChunkId;
 use super::{SnapshotError, SnapshotOptions, WATERMARK_PREFIX};
 use crate::event::RowValues;
 use crate::tls_connect::PgClientSettings;
+use cdc_core::copy_text::fields;
 
 /// A key range `(lo, hi]` of one table; `None` is unbounded. Keys are the
 /// key columns' text forms.

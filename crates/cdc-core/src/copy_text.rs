@@ -1,4 +1,15 @@
-//! Parsing rows of `COPY ... TO STDOUT` in text format.
+//! Parsing rows of `COPY ... TO STDOUT` in text format (the initial
+//! snapshot reads tables this way).
+//!
+//! ```
+//! use cdc_core::copy_text::parse_row;
+//!
+//! let mut fields = Vec::new();
+//! parse_row(b"42\t\\N\ta\\tb\n", 3, &mut fields).unwrap();
+//! assert_eq!(fields[0].as_deref(), Some(&b"42"[..]));
+//! assert_eq!(fields[1], None);
+//! assert_eq!(fields[2].as_deref(), Some(&b"a\tb"[..]));
+//! ```
 //!
 //! The server sends one CopyData message per row: fields separated by a tab,
 //! the row ended by a newline, `\N` for `NULL`, and backslash escapes for
@@ -26,9 +37,7 @@ pub enum CopyTextError {
 }
 
 /// The fields of one text-format COPY row (`None` for `NULL`), in order.
-pub(crate) fn fields(
-    row: &[u8],
-) -> impl Iterator<Item = Result<Option<Cow<'_, [u8]>>, CopyTextError>> {
+pub fn fields(row: &[u8]) -> impl Iterator<Item = Result<Option<Cow<'_, [u8]>>, CopyTextError>> {
     let row = row.strip_suffix(b"\n").unwrap_or(row);
     let row = row.strip_suffix(b"\r").unwrap_or(row);
     row.split(|&b| b == b'\t').map(unescape)
@@ -116,9 +125,8 @@ fn unescape(field: &[u8]) -> Result<Option<Cow<'_, [u8]>>, CopyTextError> {
     Ok(Some(Cow::Owned(out)))
 }
 
-/// Escapes `field` as the server's COPY TO does (for tests).
-#[cfg(test)]
-fn escape(field: Option<&[u8]>, out: &mut Vec<u8>) {
+/// Escapes `field` as the server's COPY TO does (for tests and fuzzing).
+pub fn escape(field: Option<&[u8]>, out: &mut Vec<u8>) {
     let Some(field) = field else {
         out.extend_from_slice(b"\\N");
         return;
