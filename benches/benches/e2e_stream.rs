@@ -27,7 +27,7 @@
 //! (default 20,000 transactions of 10 rows).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use pgcdc_benches::median;
+use pgcdc_benches::{median, uptime};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -355,13 +355,6 @@ fn recvlogical_path(major: u32) -> PathBuf {
     let path = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin/pg_recvlogical"));
     assert!(path.exists(), "{} not found", path.display());
     path
-}
-
-fn uptime() -> String {
-    Command::new("uptime")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_else(|_| "uptime unavailable".into())
 }
 
 async fn run() {

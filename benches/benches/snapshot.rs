@@ -28,20 +28,13 @@ use cdc_runtime::replication::ReplicationConfig;
 use cdc_runtime::sinks::NullSink;
 use cdc_runtime::snapshot::{published_tables, SnapshotOptions, SnapshotPlan, SnapshotState};
 use integration_tests::{ClusterOptions, TestPostgres};
-use pgcdc_benches::median;
+use pgcdc_benches::{median, uptime};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|v| v.replace('_', "").parse().ok())
         .unwrap_or(default)
-}
-
-fn uptime() -> String {
-    Command::new("uptime")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_else(|_| "uptime unavailable".into())
 }
 
 async fn run() {

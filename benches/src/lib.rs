@@ -20,3 +20,11 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// `uptime`'s line (the load average), for the record of a run.
+pub fn uptime() -> String {
+    std::process::Command::new("uptime")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|_| "uptime unavailable".into())
+}

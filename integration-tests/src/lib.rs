@@ -93,6 +93,27 @@ mod tls;
 
 pub use cdc_runtime::embedded::{DEFAULT_SETTINGS, SUPERUSER};
 pub use cli::{pgcdc_binary, run_pgcdc, Pgcdc};
+
+/// Polls `check` every 25 ms until it yields a value, for server-side
+/// conditions that have no notification; panics naming `what` after
+/// `timeout`.
+pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
 pub use conn::{ConnectionInfo, TestDatabase};
 pub use error::{HarnessError, Result};
 pub use local::{ClusterOptions, LocalCluster};

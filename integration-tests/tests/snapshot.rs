@@ -63,23 +63,12 @@ impl Drop for TempDir {
     }
 }
 
-/// Polls `check` until it yields a value (server-side conditions have no
-/// notification).
+/// Polls `check` until it yields a value, for at most TIMEOUT.
 async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
     what: &str,
-    mut check: impl FnMut() -> F,
+    check: impl FnMut() -> F,
 ) -> T {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    integration_tests::eventually(what, TIMEOUT, check).await
 }
 
 async fn store(db: &TestDatabase) -> PgCheckpointStore {

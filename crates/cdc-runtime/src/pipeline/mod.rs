@@ -861,27 +861,38 @@ impl Source<'_> {
                 FromFallback::TableDone { table, rows } => s.fallback_table_done(table, rows),
                 FromFallback::Point(_) => {}
                 FromFallback::Done => {
-                    for op in self.operators.iter_mut() {
-                        let before = self.pending.events.len();
-                        op.on_commit(&ctx, &mut self.pending.events)
-                            .map_err(PipelineError::Operator)?;
-                        let derived = self.pending.events.len() - before;
-                        ctx.next_index = ctx.next_index.saturating_add(derived as u32);
-                        added += derived as u64;
-                    }
-                    self.pending.committed = self.pending.events.len();
-                    self.pending.commit_end = Some(point);
-                    self.processed = self.processed.max(point);
                     s.fallback_finished();
                     if s.is_complete() {
                         shared.snapshot = SnapshotState::Complete;
                     }
+                    added += self.commit_operators(&mut ctx)? as u64;
+                    self.pending.committed = self.pending.events.len();
+                    self.pending.commit_end = Some(point);
+                    self.processed = self.processed.max(point);
                     break;
                 }
             }
         }
         shared.events = shared.events.saturating_add(added);
         Ok(())
+    }
+
+    /// Tells every operator the transaction of `ctx` committed; their
+    /// derived events follow its events, numbered on. Returns how many.
+    fn commit_operators(
+        &mut self,
+        ctx: &mut crate::operators::CommitContext,
+    ) -> Result<usize, PipelineError> {
+        let mut added = 0;
+        for op in self.operators.iter_mut() {
+            let before = self.pending.events.len();
+            op.on_commit(ctx, &mut self.pending.events)
+                .map_err(PipelineError::Operator)?;
+            let derived = self.pending.events.len() - before;
+            ctx.next_index = ctx.next_index.saturating_add(derived as u32);
+            added += derived;
+        }
+        Ok(added)
     }
 
     /// The next message of the consistent read, sending status updates
@@ -988,14 +999,7 @@ impl Source<'_> {
         let mut added = n;
         if let TxnEvent::Commit(c) = event {
             if let Some(mut ctx) = commit {
-                for op in self.operators.iter_mut() {
-                    let before = self.pending.events.len();
-                    op.on_commit(&ctx, &mut self.pending.events)
-                        .map_err(PipelineError::Operator)?;
-                    let derived = self.pending.events.len() - before;
-                    ctx.next_index = ctx.next_index.saturating_add(derived as u32);
-                    added += derived;
-                }
+                added += self.commit_operators(&mut ctx)?;
             }
             self.pending.commit_end = Some(c.end_lsn);
             self.processed = self.processed.max(c.end_lsn);
