@@ -691,3 +691,63 @@ async fn from_checkpoint_resumes_from_an_older_one_and_drops_the_newer() {
     .unwrap_err();
     assert!(err.to_string().contains("has no checkpoint 9999"), "{err}");
 }
+
+#[tokio::test]
+async fn heartbeats_move_the_slot_and_never_reach_the_sinks() {
+    init_logging();
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    create_orders(&client).await;
+    let dir = std::env::temp_dir().join(format!("pgcdc-heartbeat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let events = dir.join("events.jsonl");
+    let source = db.source_toml(&["public.orders"], "beat_slot", "beat_pub");
+    let config = Config::parse(&format!(
+        "{source}heartbeat_interval_ms = 50\n[pipeline]\nstatus_interval_secs = 1\n\
+         [[sinks]]\ntype = \"file\"\npath = {events:?}\n[snapshot]\nmode = \"latest\"\n"
+    ))
+    .unwrap();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        job::run(&config, &RunOptions::default(), async {
+            let _ = stop_rx.await;
+        })
+        .await
+    });
+    let first = eventually("the slot", || async {
+        let lsn = slot_confirmed(&client, "beat_slot").await;
+        (!lsn.is_invalid()).then_some(lsn)
+    })
+    .await;
+    // Nobody writes; only heartbeats move the WAL, and the slot follows.
+    let beats = eventually("a heartbeat connection", || async {
+        client
+            .query_opt(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = 'pgcdc heartbeat'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .map(|_| ())
+    });
+    beats.await;
+    let moved = eventually("the slot to move past heartbeats", || async {
+        let lsn = slot_confirmed(&client, "beat_slot").await;
+        (lsn > first).then_some(lsn)
+    })
+    .await;
+    let _ = stop_tx.send(());
+    running.await.unwrap().unwrap();
+    let text: String = FileSink::files(&events)
+        .unwrap()
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    assert!(
+        !text.contains("pgcdc.heartbeat"),
+        "a heartbeat reached the sink: {text}"
+    );
+    assert!(moved > first);
+    let _ = std::fs::remove_dir_all(&dir);
+}

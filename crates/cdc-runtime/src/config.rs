@@ -15,6 +15,7 @@
 //! create_slot = true
 //! create_publication = true
 //! # start_lsn = "0/16B3748"   # default: the slot's confirmed position
+//! # heartbeat_interval_ms = 10000  # a WAL heartbeat, when other databases write
 //!
 //! [pipeline]
 //! batch_size = 1000
@@ -226,6 +227,11 @@ pub struct SourceConfig {
     /// Where to start (`X/Y`); default: the slot's confirmed position.
     #[serde(default)]
     pub start_lsn: Option<String>,
+    /// Write a heartbeat message into the source's WAL this often
+    /// (milliseconds; `0`, the default: never), so the slot advances even
+    /// when only other databases of the server write.
+    #[serde(default)]
+    pub heartbeat_interval_ms: u64,
 }
 
 fn default_host() -> String {
@@ -422,6 +428,14 @@ impl Config {
         }
         if let Some(v) = var("start_lsn") {
             s.start_lsn = Some(v);
+        }
+        if let Some(v) = var("heartbeat_interval_ms") {
+            s.heartbeat_interval_ms = v.parse().map_err(|_| {
+                invalid(
+                    "PGCDC_SOURCE_HEARTBEAT_INTERVAL_MS",
+                    format!("{v:?} is not a number of milliseconds"),
+                )
+            })?;
         }
         let p = &mut self.pipeline;
         let num = |key: &str| -> Result<Option<u64>, ConfigFileError> {

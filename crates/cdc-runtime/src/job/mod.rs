@@ -16,6 +16,7 @@
 //! # Ok(()) }
 //! ```
 
+mod heartbeat;
 mod lock;
 mod store;
 
@@ -205,6 +206,12 @@ pub async fn run(
     if let Some(plan) = snapshot {
         pipeline = pipeline.with_snapshot(plan);
     }
+    let _heartbeat = (source.heartbeat_interval_ms > 0).then(|| {
+        AbortOnDrop(tokio::spawn(heartbeat::beat(
+            rc.clone(),
+            std::time::Duration::from_millis(source.heartbeat_interval_ms),
+        )))
+    });
     let progress = if mode == StartupMode::SnapshotOnly {
         // Stop once the snapshot is complete (the final checkpoint records it).
         let mut watch = pipeline.progress();
@@ -253,6 +260,15 @@ async fn snapshot_plan(
         replication: rc.clone(),
         options: config.snapshot.options(),
     })
+}
+
+/// Aborts a background task when the job ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Who this process is, as the checkpoint lease records it.

@@ -97,6 +97,10 @@ use sink_task::{run_sink, Batch};
 pub use spill::SpillError;
 use spill::Spiller;
 
+/// The prefix of the heartbeat messages `source.heartbeat_interval_ms`
+/// writes; the pipeline drops them before operators and sinks.
+pub const HEARTBEAT_PREFIX: &str = "pgcdc.heartbeat";
+
 /// How reconnects are paced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
@@ -945,6 +949,12 @@ impl Source<'_> {
         let n = match event {
             // The snapshot's watermarks: never passed on; a high watermark
             // brings its chunk's rows into this transaction.
+            // Heartbeats only move the stream on.
+            TxnEvent::Change(cdc_core::Change::Message(m)) | TxnEvent::Message(m)
+                if m.prefix == HEARTBEAT_PREFIX =>
+            {
+                0
+            }
             TxnEvent::Change(cdc_core::Change::Message(m)) | TxnEvent::Message(m)
                 if m.prefix == WATERMARK_PREFIX =>
             {
