@@ -8,11 +8,15 @@
 //! * 1 MiB state: one prepared single-row BYTEA `INSERT` / `SELECT` of 1 MiB (binary
 //!   parameters and results, `STORAGE EXTERNAL` like the store's columns), each right
 //!   after the store's save / load, medians of 20;
-//! * 64 and 256 MiB states, both large layouts: the faster of 256 MiB as 1 MiB
-//!   `lo_put`/`lo_get` calls and as 1 MiB BYTEA rows through binary `COPY` in and out.
+//! * 64 and 256 MiB states, both large layouts: the same bytes as 1 MiB BYTEA rows through
+//!   binary `COPY` in / out, each right after the store's save / load (medians). First, 256
+//!   MiB as 1 MiB `lo_put` / `lo_get` calls and through `COPY` show which raw layout is the
+//!   faster (`COPY`, by far).
 //!
 //! `cargo bench -p pgcdc-benches --bench checkpoint_pg`; `PGCDC_BENCH_REPS` (default 3) sets
-//! the repetitions of each big-state measurement (the median is reported).
+//! the repetitions of each big-state measurement (the median is reported);
+//! `PGCDC_BENCH_ONLY=tiny`, `rows` or `lo` runs only the tiny saves, or only the states of
+//! one layout (with the raw bulk baselines).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pgcdc_benches::{median, noise};
@@ -73,6 +77,40 @@ struct Raw {
 /// Repetitions of the 1 MiB measurements (each takes milliseconds).
 const SMALL_REPS: usize = 20;
 
+/// MB/s of writing `blob` into the empty `raw_rows` as 1 MiB BYTEA rows through binary COPY.
+async fn copy_in(client: &Client, blob: &[u8]) -> f64 {
+    client.batch_execute("TRUNCATE raw_rows").await.unwrap();
+    let start = Instant::now();
+    let sink = client
+        .copy_in("COPY raw_rows (seq, data) FROM STDIN (FORMAT binary)")
+        .await
+        .unwrap();
+    let writer = BinaryCopyInWriter::new(sink, &[Type::INT4, Type::BYTEA]);
+    pin_mut!(writer);
+    for (i, chunk) in blob.chunks(MIB).enumerate() {
+        writer.as_mut().write(&[&(i as i32), &chunk]).await.unwrap();
+    }
+    writer.finish().await.unwrap();
+    mbps(blob.len(), start.elapsed())
+}
+
+/// MB/s of reading the `len` bytes of `raw_rows` back through binary COPY.
+async fn copy_out(client: &Client, len: usize) -> f64 {
+    let start = Instant::now();
+    let out = client
+        .copy_out("COPY (SELECT data FROM raw_rows ORDER BY seq) TO STDOUT (FORMAT binary)")
+        .await
+        .unwrap();
+    let rows = BinaryCopyOutStream::new(out, &[Type::BYTEA]);
+    pin_mut!(rows);
+    let mut n = 0;
+    while let Some(row) = rows.try_next().await.unwrap() {
+        n += row.get::<&[u8]>(0).len();
+    }
+    assert_eq!(n, len);
+    mbps(n, start.elapsed())
+}
+
 async fn raw(client: &mut Client, reps: usize) -> Raw {
     let blob = Bytes::from(noise(256 * MIB, 7));
     let (mut lw, mut lr, mut cw, mut cr) = (vec![], vec![], vec![], vec![]);
@@ -111,34 +149,8 @@ async fn raw(client: &mut Client, reps: usize) -> Raw {
             .unwrap();
 
         // 1 MiB BYTEA rows through binary COPY.
-        client.batch_execute("TRUNCATE raw_rows").await.unwrap();
-        let start = Instant::now();
-        let tx = client.transaction().await.unwrap();
-        let sink = tx
-            .copy_in("COPY raw_rows (seq, data) FROM STDIN (FORMAT binary)")
-            .await
-            .unwrap();
-        let writer = BinaryCopyInWriter::new(sink, &[Type::INT4, Type::BYTEA]);
-        pin_mut!(writer);
-        for (i, chunk) in blob.chunks(MIB).enumerate() {
-            writer.as_mut().write(&[&(i as i32), &chunk]).await.unwrap();
-        }
-        writer.finish().await.unwrap();
-        tx.commit().await.unwrap();
-        cw.push(mbps(blob.len(), start.elapsed()));
-        let start = Instant::now();
-        let out = client
-            .copy_out("COPY (SELECT data FROM raw_rows ORDER BY seq) TO STDOUT (FORMAT binary)")
-            .await
-            .unwrap();
-        let rows = BinaryCopyOutStream::new(out, &[Type::BYTEA]);
-        pin_mut!(rows);
-        let mut n = 0;
-        while let Some(row) = rows.try_next().await.unwrap() {
-            n += row.get::<&[u8]>(0).len();
-        }
-        assert_eq!(n, blob.len());
-        cr.push(mbps(n, start.elapsed()));
+        cw.push(copy_in(client, &blob).await);
+        cr.push(copy_out(client, blob.len()).await);
     }
     Raw {
         lo_write: median(lw),
@@ -158,7 +170,7 @@ async fn store_for(db: &TestDatabase, layout: LargeLayout, table: &str) -> PgChe
         .unwrap()
 }
 
-/// Median MB/s of the store and, when measured, of the raw one-row baseline.
+/// Median MB/s of the store and of the raw baseline measured beside it.
 struct Speeds {
     save: f64,
     load: f64,
@@ -166,58 +178,75 @@ struct Speeds {
     raw_read: f64,
 }
 
-/// Save and load of a `size`-byte state; with `raw`, each repetition also writes and reads
-/// the same number of bytes as one BYTEA row with prepared statements, right after the
-/// store, so both see the same server and machine.
-async fn big(store: &PgCheckpointStore, size: usize, reps: usize, raw: Option<&Client>) -> Speeds {
+/// The raw baseline [`big`] measures right after each save and each load of the store, with
+/// the same bytes, so both see the same server and machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Beside {
+    /// One BYTEA row, prepared `INSERT` / `SELECT`.
+    OneRow,
+    /// 1 MiB BYTEA rows, binary `COPY` in / out.
+    CopyRows,
+}
+
+/// Save and load of a `size`-byte state, each followed by the raw baseline `beside`.
+async fn big(
+    store: &PgCheckpointStore,
+    size: usize,
+    reps: usize,
+    client: &Client,
+    beside: Beside,
+) -> Speeds {
     let job = JobName::new(format!("big-{size}")).unwrap();
     let lease = store
         .acquire_lease(&job, &OwnerId::new("bench").unwrap())
         .await
         .unwrap();
     let state = Bytes::from(noise(size, size as u64));
-    let statements = match raw {
-        Some(client) => Some((
-            client
-                .prepare("INSERT INTO raw_one (k, v) VALUES ($1, $2)")
-                .await
-                .unwrap(),
-            client
-                .prepare("SELECT v FROM raw_one WHERE k = $1")
-                .await
-                .unwrap(),
-        )),
-        None => None,
-    };
+    let insert = client
+        .prepare("INSERT INTO raw_one (k, v) VALUES ($1, $2)")
+        .await
+        .unwrap();
+    let select = client
+        .prepare("SELECT v FROM raw_one WHERE k = $1")
+        .await
+        .unwrap();
     let (mut s, mut l, mut rw, mut rr) = (vec![], vec![], vec![], vec![]);
     for rep in 0..reps as u64 {
         let cp = checkpoint(&job, rep + 1, state.clone());
         let start = Instant::now();
         store.save(&lease, &cp).await.unwrap();
         s.push(mbps(size, start.elapsed()));
-        if let (Some(client), Some((insert, _))) = (raw, &statements) {
-            let start = Instant::now();
-            client
-                .execute(insert, &[&(rep as i64), &&state[..]])
-                .await
-                .unwrap();
-            rw.push(mbps(size, start.elapsed()));
-        }
+        rw.push(match beside {
+            Beside::OneRow => {
+                let start = Instant::now();
+                client
+                    .execute(&insert, &[&(rep as i64), &&state[..]])
+                    .await
+                    .unwrap();
+                mbps(size, start.elapsed())
+            }
+            Beside::CopyRows => copy_in(client, &state).await,
+        });
         let start = Instant::now();
         let back = store.load(&job, cp.id).await.unwrap();
         l.push(mbps(size, start.elapsed()));
         assert_eq!(back.checkpoint.state_len(), size as u64);
-        if let (Some(client), Some((_, select))) = (raw, &statements) {
-            let start = Instant::now();
-            let row = client.query_one(select, &[&(rep as i64)]).await.unwrap();
-            let n = row.get::<_, &[u8]>(0).len();
-            rr.push(mbps(n, start.elapsed()));
-            assert_eq!(n, size);
-        }
+        drop(back);
+        rr.push(match beside {
+            Beside::OneRow => {
+                let start = Instant::now();
+                let row = client.query_one(&select, &[&(rep as i64)]).await.unwrap();
+                let n = row.get::<_, &[u8]>(0).len();
+                assert_eq!(n, size);
+                mbps(n, start.elapsed())
+            }
+            Beside::CopyRows => copy_out(client, size).await,
+        });
     }
-    if let Some(client) = raw {
-        client.batch_execute("TRUNCATE raw_one").await.unwrap();
-    }
+    client
+        .batch_execute("TRUNCATE raw_one, raw_rows")
+        .await
+        .unwrap();
     Speeds {
         save: median(s),
         load: median(l),
@@ -295,29 +324,36 @@ async fn run() {
         )
         .await
         .unwrap();
-    eprintln!("tiny saves and upserts...");
-    let tiny_store = store_for(&db, LargeLayout::ChunkRows, "cp_tiny").await;
-    let t = tiny(&tiny_store, &client).await;
+    let only = std::env::var("PGCDC_BENCH_ONLY").unwrap_or_default();
+    let part = |name: &str| only.is_empty() || only == name;
+    if part("tiny") {
+        eprintln!("tiny saves and upserts...");
+        let tiny_store = store_for(&db, LargeLayout::ChunkRows, "cp_tiny").await;
+        let t = tiny(&tiny_store, &client).await;
+        println!("| tiny (single row) | p50 | p99 | p50 / raw | p99 / raw |");
+        println!("|---|---|---|---|---|");
+        println!(
+            "| raw upsert (prepared), interleaved with the saves | {:.3} ms | {:.3} ms | | |",
+            ms(t.upsert.0),
+            ms(t.upsert.1)
+        );
+        println!(
+            "| store save, tiny state (1000 saves, retention 2) | {:.3} ms | {:.3} ms | {:.2}x | {:.2}x |",
+            ms(t.save.0),
+            ms(t.save.1),
+            ms(t.save.0) / ms(t.upsert.0),
+            ms(t.save.1) / ms(t.upsert.1)
+        );
+        println!();
+    }
+    if !(part("rows") || part("lo")) {
+        return;
+    }
     eprintln!("raw baselines ({reps} reps)...");
     let raw = raw(&mut client, reps).await;
-    let faster_write = raw.lo_write.max(raw.copy_write);
-    let faster_read = raw.lo_read.max(raw.copy_read);
-
-    println!("| tiny (single row) | p50 | p99 | p50 / raw | p99 / raw |");
-    println!("|---|---|---|---|---|");
-    println!(
-        "| raw upsert (prepared), interleaved with the saves | {:.3} ms | {:.3} ms | | |",
-        ms(t.upsert.0),
-        ms(t.upsert.1)
-    );
-    println!(
-        "| store save, tiny state (1000 saves, retention 2) | {:.3} ms | {:.3} ms | {:.2}x | {:.2}x |",
-        ms(t.save.0),
-        ms(t.save.1),
-        ms(t.save.0) / ms(t.upsert.0),
-        ms(t.save.1) / ms(t.upsert.1)
-    );
-    println!();
+    if raw.lo_write > raw.copy_write || raw.lo_read > raw.copy_read {
+        eprintln!("note: large objects beat COPY here; big states are still set against COPY");
+    }
     println!("| measurement | save MB/s | load MB/s | save / raw | load / raw |");
     println!("|---|---|---|---|---|");
     println!(
@@ -328,25 +364,33 @@ async fn run() {
         "| raw: 256 MiB as 1 MiB BYTEA rows, binary COPY in / out | {:.0} | {:.0} | | |",
         raw.copy_write, raw.copy_read
     );
-    for (layout, table) in [
-        (LargeLayout::ChunkRows, "cp_rows"),
-        (LargeLayout::LargeObject, "cp_lo"),
+    for (layout, table, name) in [
+        (LargeLayout::ChunkRows, "cp_rows", "rows"),
+        (LargeLayout::LargeObject, "cp_lo", "lo"),
     ] {
+        if !part(name) {
+            continue;
+        }
         let store = store_for(&db, layout, table).await;
         for size in [MIB, 64 * MIB, 256 * MIB] {
             eprintln!("{layout:?} {} MiB...", size / MIB);
-            // 1 MiB against the one-row baseline, bigger states against the faster bulk one.
+            // 1 MiB against the one-row baseline, bigger states against COPY (the faster bulk
+            // layout, see the lines above), each measured right after the store.
             let sp = if size == MIB {
-                let sp = big(&store, size, reps.max(SMALL_REPS), Some(&client)).await;
+                let sp = big(&store, size, reps.max(SMALL_REPS), &client, Beside::OneRow).await;
                 println!(
                     "| raw: 1 MiB as one BYTEA row, prepared INSERT / SELECT (interleaved with the next row) | {:.0} | {:.0} | | |",
                     sp.raw_write, sp.raw_read
                 );
                 sp
             } else {
-                let mut sp = big(&store, size, reps, None).await;
-                sp.raw_write = faster_write;
-                sp.raw_read = faster_read;
+                let sp = big(&store, size, reps, &client, Beside::CopyRows).await;
+                println!(
+                    "| raw: {} MiB as 1 MiB BYTEA rows, binary COPY (interleaved with the next row) | {:.0} | {:.0} | | |",
+                    size / MIB,
+                    sp.raw_write,
+                    sp.raw_read
+                );
                 sp
             };
             println!(

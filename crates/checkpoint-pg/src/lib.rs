@@ -16,8 +16,9 @@
 //!   [`PgStoreConfig::inline_threshold`] (2 MiB) are stored in its `data` column (`BYTEA`).
 //! * `<table>_chunks`: bigger envelopes, by default ([`LargeLayout::ChunkRows`]), as rows
 //!   `(job, checkpoint_id, seq) -> bytea` written with binary `COPY` while the next chunk is
-//!   being encoded on a blocking thread. Deleting a checkpoint row deletes its chunks
-//!   (`ON DELETE CASCADE`).
+//!   being encoded on a blocking thread. No foreign key ties them to their checkpoint row:
+//!   the statements that delete checkpoint rows (retention, delete) delete their chunks
+//!   too, and [`PgCheckpointStore::vacuum`] removes chunks whose row was deleted by hand.
 //! * With [`LargeLayout::LargeObject`], bigger envelopes go to one large object each,
 //!   written with pipelined `lo_put` calls; `<table>_large_objects` records every large
 //!   object the store creates, in the same transaction, so [`PgCheckpointStore::vacuum`]

@@ -44,9 +44,23 @@ impl Names {
 /// First key of the advisory lock held while migrating ("pgcd" in ASCII).
 const LOCK_CLASS: i32 = 0x7067_6364;
 
-/// The migrations, in order; version N is `MIGRATIONS[N - 1]`.
-fn migrations(n: &Names) -> Vec<String> {
-    vec![format!(
+/// What a migration does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// Statements, run as one batch.
+    Sql(String),
+    /// Drops every foreign key from the chunk table to the checkpoints table, whatever its
+    /// name (PostgreSQL chose it, and shortened it for long table names); none is fine.
+    /// Saves, retention and deletes remove chunk rows themselves, in the statement that
+    /// deletes their checkpoint row, instead of a trigger doing it per row at commit.
+    DropChunkForeignKeys,
+}
+
+/// The migrations, in order; version N is `migrations(n)[N - 1]`. Applied ones never
+/// change: an installation made by an older build has exactly what they created.
+fn migrations(n: &Names) -> Vec<Step> {
+    vec![
+        Step::Sql(format!(
         "CREATE TABLE IF NOT EXISTS {leases} (
             job text PRIMARY KEY,
             epoch bigint NOT NULL CHECK (epoch > 0),
@@ -93,7 +107,39 @@ fn migrations(n: &Names) -> Vec<String> {
         chunks = n.chunks,
         lobs = n.large_objects,
         comment = quote_literal("large objects written by pgcdc checkpoint-pg; vacuum() unlinks those no checkpoint references"),
-    )]
+    )),
+        Step::DropChunkForeignKeys,
+    ]
+}
+
+/// [`Step::DropChunkForeignKeys`] in `tx`.
+async fn drop_chunk_foreign_keys(
+    tx: &deadpool_postgres::Transaction<'_>,
+    names: &Names,
+) -> Result<(), CheckpointError> {
+    let keys = tx
+        .query(
+            "SELECT conname::text FROM pg_catalog.pg_constraint
+             WHERE contype = 'f' AND conrelid = $1::text::regclass
+               AND confrelid = $2::text::regclass
+             ORDER BY conname",
+            &[&names.chunks, &names.checkpoints],
+        )
+        .await
+        .map_err(|e| pg("migration: finding the chunk foreign keys", e))?;
+    for key in keys {
+        let name: &str = key
+            .try_get(0)
+            .map_err(|e| pg("migration: finding the chunk foreign keys", e))?;
+        tx.batch_execute(&format!(
+            "ALTER TABLE {} DROP CONSTRAINT IF EXISTS {}",
+            names.chunks,
+            quote_ident(name)
+        ))
+        .await
+        .map_err(|e| pg("migration: dropping a chunk foreign key", e))?;
+    }
+    Ok(())
 }
 
 /// Creates or upgrades the schema; returns the version now in place.
@@ -141,14 +187,18 @@ pub(crate) async fn migrate(
     }
     let all = migrations(names);
     let mut version = current;
-    for (i, sql) in all.iter().enumerate() {
+    for (i, step) in all.iter().enumerate() {
         let v = i32::try_from(i + 1).unwrap_or(i32::MAX);
         if v <= current {
             continue;
         }
-        tx.batch_execute(sql)
-            .await
-            .map_err(|e| pg(&format!("migration {v}"), e))?;
+        match step {
+            Step::Sql(sql) => tx
+                .batch_execute(sql)
+                .await
+                .map_err(|e| pg(&format!("migration {v}"), e))?,
+            Step::DropChunkForeignKeys => drop_chunk_foreign_keys(&tx, names).await?,
+        }
         tx.execute(
             &format!("INSERT INTO {} (version) VALUES ($1)", names.version),
             &[&v],
@@ -162,7 +212,10 @@ pub(crate) async fn migrate(
 }
 
 /// The schema version this build creates and understands.
-pub const SCHEMA_VERSION: i32 = 1;
+///
+/// 1. The tables.
+/// 2. No foreign key from chunk rows to their checkpoint row.
+pub const SCHEMA_VERSION: i32 = 2;
 
 #[cfg(test)]
 mod tests {

@@ -22,6 +22,34 @@ pub(crate) struct Sql {
     pub(crate) vacuum: String,
 }
 
+/// The CTEs that remove what belongs to the checkpoint rows a CTE `doomed` deleted
+/// (columns `checkpoint_id, storage, lo_oid`; `job` is $1): their chunk rows (`unchunked`)
+/// and their large objects (`unlinked`, then `forgotten` in the record of ours).
+///
+/// Explicit deletes in the same statement instead of a cascading foreign key: no trigger
+/// runs per deleted checkpoint (schema version 2 dropped the key), and nothing is touched
+/// when nothing was deleted. The chunks go by one range scan of their primary key between
+/// the lowest and highest doomed chunk-rows checkpoint: `doomed` always holds every row
+/// of the job in that range (a retention cut-off or one id), and with no chunk-rows
+/// checkpoint among them the bounds are NULL and the scan ends before it starts.
+fn gone(n: &Names) -> String {
+    let chunks = &n.chunks;
+    let lobs = &n.large_objects;
+    format!(
+        "unchunked AS (
+            DELETE FROM {chunks} WHERE job = $1
+              AND checkpoint_id >= (SELECT min(checkpoint_id) FROM doomed WHERE storage = 'chunk_rows')
+              AND checkpoint_id <= (SELECT max(checkpoint_id) FROM doomed WHERE storage = 'chunk_rows')),
+         unlinked AS (
+            SELECT lo_unlink(d.lo_oid) FROM doomed d
+            WHERE d.lo_oid IS NOT NULL
+              AND EXISTS (SELECT 1 FROM pg_largeobject_metadata m WHERE m.oid = d.lo_oid)),
+         forgotten AS (
+            DELETE FROM {lobs} WHERE lo_oid IN (
+                SELECT lo_oid FROM doomed WHERE lo_oid IS NOT NULL))"
+    )
+}
+
 /// Columns of a metadata row read back, in this order.
 pub(crate) const META_COLUMNS: &str =
     "checkpoint_id, commit_end_lsn, created_at_us, stored_bytes, \
@@ -34,24 +62,19 @@ impl Sql {
         let chunks = &n.chunks;
         let lobs = &n.large_objects;
         // Deletes the rows of $1 beyond the newest `offset` (as this statement sees them)
-        // where `cond` holds, unlinks their large objects and forgets them, all in the
-        // statement's transaction. Chunk rows go by ON DELETE CASCADE. `job` is always $1.
-        // The cut-off is found walking the primary key down from the newest row (LIMIT 1
-        // makes the planner do that), instead of sorting all index entries of the job,
-        // dead ones included.
+        // where `cond` holds, with their chunk rows and large objects, all in the
+        // statement's transaction. `job` is always $1. The cut-off is found walking the
+        // primary key down from the newest row (LIMIT 1 makes the planner do that), instead
+        // of sorting all index entries of the job, dead ones included.
         let doomed = |cond: &str, offset: &str| {
             format!(
                 "doomed AS (
                     DELETE FROM {cps} WHERE job = $1 AND {cond} AND checkpoint_id <= (
                         SELECT checkpoint_id FROM {cps} WHERE job = $1
                         ORDER BY checkpoint_id DESC OFFSET {offset} LIMIT 1)
-                    RETURNING lo_oid),
-                 unlinked AS (
-                    SELECT lo_unlink(d.lo_oid) FROM doomed d
-                    WHERE d.lo_oid IS NOT NULL
-                      AND EXISTS (SELECT 1 FROM pg_largeobject_metadata m WHERE m.oid = d.lo_oid)),
-                 forgotten AS (
-                    DELETE FROM {lobs} WHERE lo_oid IN (SELECT lo_oid FROM doomed))"
+                    RETURNING checkpoint_id, storage, lo_oid),
+                 {}",
+                gone(n)
             )
         };
         Sql {
@@ -140,15 +163,11 @@ impl Sql {
                  doomed AS (
                     DELETE FROM {cps} WHERE job = $1 AND checkpoint_id = $2
                       AND EXISTS (SELECT 1 FROM lease WHERE lease.epoch = $3)
-                    RETURNING lo_oid),
-                 unlinked AS (
-                    SELECT lo_unlink(d.lo_oid) FROM doomed d
-                    WHERE d.lo_oid IS NOT NULL
-                      AND EXISTS (SELECT 1 FROM pg_largeobject_metadata m WHERE m.oid = d.lo_oid)),
-                 forgotten AS (
-                    DELETE FROM {lobs} WHERE lo_oid IN (SELECT lo_oid FROM doomed))
+                    RETURNING checkpoint_id, storage, lo_oid),
+                 {}
                  SELECT (SELECT epoch FROM lease), (SELECT count(*) FROM doomed),
-                        (SELECT count(*) FROM unlinked)"
+                        (SELECT count(*) FROM unlinked)",
+                gone(n)
             ),
             list: format!("SELECT {META_COLUMNS} FROM {cps} WHERE job = $1 ORDER BY checkpoint_id"),
             get: format!(
@@ -174,8 +193,13 @@ impl Sql {
                     SELECT lo_unlink(o.lo_oid) FROM orphans o
                     WHERE EXISTS (SELECT 1 FROM pg_largeobject_metadata m WHERE m.oid = o.lo_oid)),
                  forgotten AS (
-                    DELETE FROM {lobs} WHERE lo_oid IN (SELECT lo_oid FROM orphans))
-                 SELECT (SELECT count(*) FROM unlinked)"
+                    DELETE FROM {lobs} WHERE lo_oid IN (SELECT lo_oid FROM orphans)),
+                 strays AS (
+                    DELETE FROM {chunks} s WHERE NOT EXISTS (
+                        SELECT 1 FROM {cps} c
+                        WHERE c.job = s.job AND c.checkpoint_id = s.checkpoint_id)
+                    RETURNING 1)
+                 SELECT (SELECT count(*) FROM unlinked), (SELECT count(*) FROM strays)"
             ),
         }
     }

@@ -155,15 +155,23 @@ impl PgCheckpointStore {
 
     /// Unlinks large objects this store created that no checkpoint references any more
     /// (left by manual deletes or older versions); returns how many. Large objects this store
-    /// did not create are never touched.
+    /// did not create are never touched. Also deletes chunk rows whose checkpoint row is gone
+    /// (deleted by hand: nothing cascades), and logs how many.
     pub async fn vacuum(&self) -> Result<u64, CheckpointError> {
         let client = self.client().await?;
         let row = client
             .query_one(&self.inner.sql.vacuum, &[])
             .await
             .map_err(|e| pg("vacuum", e))?;
-        let n: i64 = row.try_get(0).map_err(|e| pg("vacuum", e))?;
-        Ok(u64::try_from(n).unwrap_or_default())
+        let unlinked: i64 = row.try_get(0).map_err(|e| pg("vacuum", e))?;
+        let strays: i64 = row.try_get(1).map_err(|e| pg("vacuum", e))?;
+        if strays > 0 {
+            tracing::info!(
+                table = %self.inner.names.chunks, rows = strays,
+                "deleted chunk rows whose checkpoint row is gone"
+            );
+        }
+        Ok(u64::try_from(unlinked).unwrap_or_default())
     }
 
     fn sql(&self) -> &Sql {
