@@ -768,14 +768,27 @@ async fn run_survives_server_restarts_without_losing_commits() {
     let cluster = LocalCluster::create(ClusterOptions::new()).await.unwrap();
     let db = cluster.create_database().await.unwrap();
     let client = db.connect().await.unwrap();
+    // `s` holds rows before pgcdc starts: its initial snapshot runs, in
+    // small chunks, through the server restarts.
     client
-        .batch_execute("CREATE TABLE w (id int8 PRIMARY KEY)")
+        .batch_execute(
+            "CREATE TABLE w (id int8 PRIMARY KEY);
+             CREATE TABLE s (id int8 PRIMARY KEY);
+             INSERT INTO s SELECT g FROM generate_series(1, 50000) g;",
+        )
         .await
         .unwrap();
     drop(client);
     let dir = Workdir::new("restart");
     let slot = "cli_restart";
-    let config = write_config(&dir, db.connection_info(), None, &["w"], slot, "");
+    let config = write_config(
+        &dir,
+        db.connection_info(),
+        None,
+        &["w", "s"],
+        slot,
+        "[snapshot]\nchunk_size = 500",
+    );
     let mut pgcdc = Pgcdc::run(&config).unwrap_or_else(|e| panic!("{e}"));
     let admin = db.connect().await.unwrap();
     await_cond(&mut pgcdc, "the slot to be streaming", || {
@@ -814,6 +827,18 @@ async fn run_survives_server_restarts_without_losing_commits() {
     await_cond(&mut pgcdc, "every committed id in the file", || {
         let missing = committed.difference(&seen()).count();
         async move { missing == 0 }
+    })
+    .await;
+    let snapshot_rows = || -> BTreeSet<i64> {
+        read_lines(&base)
+            .iter()
+            .filter(|l| l["op"] == "r" && l["source"]["table"] == "s")
+            .map(|l| l["after"]["id"].as_i64().unwrap())
+            .collect()
+    };
+    await_cond(&mut pgcdc, "every row of s read by the snapshot", || {
+        let read = snapshot_rows().len();
+        async move { read == 50_000 }
     })
     .await;
     // The same pgcdc process (await_cond fails if it exits) streams again,

@@ -108,6 +108,7 @@ pub mod encoding;
 pub mod event;
 pub mod job;
 pub mod operators;
+mod pg_error;
 pub mod pipeline;
 pub mod quickstart;
 pub mod replication;

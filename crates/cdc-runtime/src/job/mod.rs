@@ -238,6 +238,10 @@ pub async fn run(
     } else {
         pipeline.run(shutdown).await?
     };
+    if progress.snapshot == SnapshotState::Running && config.checkpoint.is_none() {
+        tracing::warn!(slot = %source.slot,
+            "the initial snapshot did not finish, and without a [checkpoint] section nothing records how far it got: the next start streams without it. Drop the slot to take the snapshot again, or configure [checkpoint] so a snapshot resumes");
+    }
     tracing::info!(confirmed = %progress.confirmed, events = progress.events,
         reconnects = progress.reconnects, checkpoints = progress.checkpoints.saved, "stopped cleanly");
     Ok(progress)

@@ -63,10 +63,13 @@ pub enum PipelineError {
 }
 
 impl PipelineError {
-    /// Whether reconnecting may help: transient replication errors only.
+    /// Whether reconnecting may help: transient replication errors, and a
+    /// snapshot reader that lost its connection (the snapshot's readers
+    /// start again with the stream).
     pub fn is_transient(&self) -> bool {
         match self {
             PipelineError::Replication(e) => e.is_transient(),
+            PipelineError::Snapshot(e) => e.is_transient(),
             _ => false,
         }
     }

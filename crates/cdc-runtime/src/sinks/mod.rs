@@ -143,7 +143,7 @@ pub enum SinkError {
         source: io::Error,
     },
     /// The target database failed.
-    #[error("target database: {}", describe_pg_error(.0))]
+    #[error("target database: {}", crate::pg_error::describe(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// A table has no key columns (replica identity), so changes cannot be
     /// applied by key. Configure key columns for it.
@@ -206,25 +206,5 @@ impl SinkError {
 
     pub(crate) fn io(what: &'static str, path: Option<PathBuf>, source: io::Error) -> Self {
         SinkError::Io { what, path, source }
-    }
-}
-
-/// tokio-postgres' `Display` of a server error is just "db error": add the
-/// server's message, detail and hint, which say what to fix.
-fn describe_pg_error(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => {
-            let mut s = format!("{}: {} ({})", db.severity(), db.message(), db.code().code());
-            if let Some(detail) = db.detail() {
-                s.push_str("; ");
-                s.push_str(detail);
-            }
-            if let Some(hint) = db.hint() {
-                s.push_str("; hint: ");
-                s.push_str(hint);
-            }
-            s
-        }
-        None => e.to_string(),
     }
 }

@@ -110,7 +110,7 @@ impl Default for SnapshotOptions {
 #[non_exhaustive]
 pub enum SnapshotError {
     /// A query of a chunk reader failed.
-    #[error("snapshot query: {0}")]
+    #[error("snapshot query: {}", crate::pg_error::describe(.0))]
     Query(#[from] tokio_postgres::Error),
     /// The reader connection could not be set up.
     #[error("snapshot connection: {0}")]
@@ -135,6 +135,25 @@ pub enum SnapshotError {
     /// The readers stopped unexpectedly.
     #[error("the snapshot readers stopped")]
     ReadersStopped,
+}
+
+impl SnapshotError {
+    /// Whether starting the readers again may help: the connection was
+    /// lost or could not be made (a server restart, a network failure).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            SnapshotError::Query(e) => {
+                let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+                // 57P0x: the server is shutting down or starting; 08: connection.
+                let state = e.as_db_error().map(|d| d.code().code());
+                e.is_closed()
+                    || io
+                    || state.is_some_and(|c| c.starts_with("57P0") || c.starts_with("08"))
+            }
+            SnapshotError::Replication(e) => e.is_transient(),
+            _ => false,
+        }
+    }
 }
 
 /// Where the initial snapshot of a running pipeline stands.

@@ -264,10 +264,7 @@ struct Reader {
 pub async fn connect(settings: &PgClientSettings) -> Result<Client, SnapshotError> {
     let mut config = settings.config.clone();
     config.application_name("pgcdc snapshot");
-    let (client, connection) = config
-        .connect(settings.tls.clone())
-        .await
-        .map_err(|e| SnapshotError::Connect(e.to_string()))?;
+    let (client, connection) = config.connect(settings.tls.clone()).await?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "snapshot connection ended");
