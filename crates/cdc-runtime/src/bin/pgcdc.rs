@@ -19,11 +19,16 @@ Examples:
   # Check the config and the server (connection, wal_level, tables, publication, slot):
   pgcdc validate --config pgcdc.toml
 
-  # Stream changes; Ctrl-C or SIGTERM flushes the sinks, takes a final
-  # checkpoint and stops cleanly. After a crash it resumes from the newest checkpoint:
+  # Read the existing rows (initial snapshot), then stream changes; Ctrl-C or
+  # SIGTERM flushes the sinks, takes a final checkpoint and stops cleanly. After a
+  # crash it resumes from the newest checkpoint, an unfinished snapshot included:
   pgcdc run --config pgcdc.toml
 
-  # Inspect checkpoints and the slot:
+  # Only copy the tables' rows, then stop (or stream from now, without them):
+  PGCDC_SNAPSHOT_MODE=snapshot_only pgcdc run -c pgcdc.toml
+  PGCDC_SNAPSHOT_MODE=latest pgcdc run -c pgcdc.toml
+
+  # Inspect checkpoints, the slot and the snapshot's progress:
   pgcdc checkpoints list --config pgcdc.toml
   pgcdc slot status --config pgcdc.toml
 
