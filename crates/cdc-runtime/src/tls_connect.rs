@@ -121,6 +121,24 @@ impl PgClientSettings {
             },
         })
     }
+
+    /// Connects as `application_name` and drives the connection on a
+    /// spawned task (which logs, at debug, why it ended).
+    pub async fn connect(
+        &self,
+        application_name: &str,
+    ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let mut config = self.config.clone();
+        config.application_name(application_name);
+        let (client, connection) = config.connect(self.tls.clone()).await?;
+        let name = application_name.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, connection = %name, "connection ended");
+            }
+        });
+        Ok(client)
+    }
 }
 
 /// Opens a [`PgCheckpointStore`] on the database of `source`, over TLS as its

@@ -46,15 +46,8 @@ async fn connect(source: &ReplicationConfig) -> Option<tokio_postgres::Client> {
             return None;
         }
     };
-    let mut config = settings.config.clone();
-    config.application_name("pgcdc heartbeat");
-    match config.connect(settings.tls).await {
-        Ok((client, connection)) => {
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            Some(client)
-        }
+    match settings.connect("pgcdc heartbeat").await {
+        Ok(client) => Some(client),
         Err(e) => {
             tracing::warn!(error = %e, "heartbeat: cannot connect");
             None

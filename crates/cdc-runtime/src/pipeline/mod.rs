@@ -980,7 +980,12 @@ impl Source<'_> {
                     &mut self.pending.events,
                 )?;
                 if let (Some(s), TxnEvent::Change(_)) = (self.snapshot.as_mut(), event) {
-                    if s.holds_keyless() {
+                    // Held back only with checkpoints: they restart an
+                    // interrupted consistent read, which then contains the
+                    // held changes. Without, the slot would move past them
+                    // and a crash would lose them, so they are passed on
+                    // (and may arrive again in the read).
+                    if shared.coordinator.is_some() && s.holds_keyless() {
                         let mut i = start;
                         while i < self.pending.events.len() {
                             if s.holds(&self.pending.events[i]) {

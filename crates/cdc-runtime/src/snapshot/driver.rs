@@ -488,8 +488,9 @@ impl Snapshot {
         }
     }
 
-    /// Whether the stream's changes to tables without a key are held back:
-    /// until their consistent read is emitted, it covers them.
+    /// Whether the stream's changes to tables without a key may be held
+    /// back: until their consistent read is emitted, it covers them (the
+    /// pipeline holds them only when checkpoints restart an interrupted read).
     pub(crate) fn holds_keyless(&self) -> bool {
         !matches!(self.fallback, Fallback::Done)
     }

@@ -262,14 +262,7 @@ struct Reader {
 
 /// Opens an ordinary connection to the source for snapshot reads.
 pub async fn connect(settings: &PgClientSettings) -> Result<Client, SnapshotError> {
-    let mut config = settings.config.clone();
-    config.application_name("pgcdc snapshot");
-    let (client, connection) = config.connect(settings.tls.clone()).await?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "snapshot connection ended");
-        }
-    });
+    let client = settings.connect("pgcdc snapshot").await?;
     // Watermarks must reach the WAL's flushed end at once, whatever the
     // server's default.
     client
