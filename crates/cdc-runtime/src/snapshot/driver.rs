@@ -630,14 +630,7 @@ impl Snapshot {
         let _ = self.drain();
         let _ = self.merger.abandon_all();
         self.emitted.clear();
-        let mut ids: Vec<_> = self.chunks.keys().copied().collect();
-        ids.sort_unstable();
-        let mut redo: Vec<KeyRange> = ids
-            .into_iter()
-            .filter_map(|id| self.chunks.remove(&id))
-            .filter(|c| c.table == self.table)
-            .map(|c| c.range)
-            .collect();
+        let mut redo = self.in_flight_ranges();
         redo.append(&mut self.redo);
         self.redo = redo;
         self.chunks.clear();
@@ -656,17 +649,21 @@ impl Snapshot {
         self.maybe_start_fallback();
     }
 
+    /// The ranges of the chunks started and not done, in planning order.
+    fn in_flight_ranges(&self) -> Vec<KeyRange> {
+        let mut ids: Vec<_> = self.chunks.keys().copied().collect();
+        ids.sort_unstable();
+        ids.iter()
+            .filter_map(|id| self.chunks.get(id))
+            .map(|c| c.range.clone())
+            .collect()
+    }
+
     /// The progress a checkpoint records: what has been emitted in
     /// committed transactions, and the chunks to read again after a crash.
     pub(crate) fn progress(&self) -> SnapshotProgress {
         let in_progress = self.tables.get(self.table).map(|t| {
-            let mut ids: Vec<_> = self.chunks.keys().copied().collect();
-            ids.sort_unstable();
-            let mut redo: Vec<KeyRange> = ids
-                .iter()
-                .filter_map(|id| self.chunks.get(id))
-                .map(|c| c.range.clone())
-                .collect();
+            let mut redo = self.in_flight_ranges();
             redo.extend(self.redo.iter().cloned());
             let cursor = PlanCursor {
                 next: self.cursor.next.clone(),
