@@ -161,6 +161,37 @@ async fn await_covered(client: &Client, store: &PgCheckpointStore, name: &str) {
     .await;
 }
 
+/// Stops the job cleanly and checks the sink holds exactly the table.
+async fn stop_and_compare(
+    stop: oneshot::Sender<()>,
+    task: JobTask,
+    client: &Client,
+) -> cdc_runtime::pipeline::Progress {
+    let _ = stop.send(());
+    let progress = tokio::time::timeout(TIMEOUT, task)
+        .await
+        .expect("the job did not stop")
+        .unwrap()
+        .expect("the job failed");
+    assert_eq!(
+        rows(client, "replica.orders").await,
+        rows(client, "orders").await,
+        "the sink holds exactly the table"
+    );
+    progress
+}
+
+/// Waits until the job `name` streams (its slot exists and was confirmed).
+async fn await_streaming(client: &Client, name: &str) {
+    let slot = format!(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = '{name}_slot'"
+    );
+    integration_tests::eventually("the job streams", TIMEOUT, || async {
+        (!lsn(client, &slot).await.is_invalid()).then_some(())
+    })
+    .await;
+}
+
 /// Runs the job over a write workload, stops it cleanly, and returns the
 /// target rows' transaction ids and the checkpoint rows' ones.
 async fn run_workload(
@@ -172,29 +203,15 @@ async fn run_workload(
     setup(&client).await;
     let config = config(&db, name, commit_with_checkpoint);
     let (stop, task) = spawn(&config);
-    let slot = format!("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = '{name}_slot'");
-    integration_tests::eventually("the job streams", TIMEOUT, || async {
-        (!lsn(&client, &slot).await.is_invalid()).then_some(())
-    })
-    .await;
+    await_streaming(&client, name).await;
     write(&client, 0, 40).await;
     // Stopped once a checkpoint covers the whole workload.
     let store = PgCheckpointStore::connect(db.connection_info().config(), PgStoreConfig::default())
         .await
         .unwrap();
     await_covered(&client, &store, name).await;
-    let _ = stop.send(());
-    let progress = tokio::time::timeout(TIMEOUT, task)
-        .await
-        .expect("the job did not stop")
-        .unwrap()
-        .expect("the job failed");
+    let progress = stop_and_compare(stop, task, &client).await;
     assert!(progress.checkpoints.saved >= 2, "{progress:?}");
-    assert_eq!(
-        rows(&client, "replica.orders").await,
-        rows(&client, "orders").await,
-        "the sink holds exactly the table"
-    );
     let target = xmins(&client, "SELECT xmin::text FROM replica.orders").await;
     let checkpoints = xmins(
         &client,
@@ -239,15 +256,10 @@ async fn a_job_that_dies_mid_stream_resumes_without_loss_or_duplicates() {
     let store = PgCheckpointStore::connect(db.connection_info().config(), PgStoreConfig::default())
         .await
         .unwrap();
-    let slot =
-        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'dies_slot'";
     let mut first = 0;
     for _ in 0..3 {
         let (_stop, task) = spawn(&config);
-        integration_tests::eventually("the job streams", TIMEOUT, || async {
-            (!lsn(&client, slot).await.is_invalid()).then_some(())
-        })
-        .await;
+        await_streaming(&client, "dies").await;
         write(&client, first, 20).await;
         first += 20;
         await_covered(&client, &store, "dies").await;
@@ -260,17 +272,7 @@ async fn a_job_that_dies_mid_stream_resumes_without_loss_or_duplicates() {
     let (stop, task) = spawn(&config);
     write(&client, first, 10).await;
     await_covered(&client, &store, "dies").await;
-    let _ = stop.send(());
-    tokio::time::timeout(TIMEOUT, task)
-        .await
-        .expect("the job did not stop")
-        .unwrap()
-        .expect("the job failed");
-    assert_eq!(
-        rows(&client, "replica.orders").await,
-        rows(&client, "orders").await,
-        "the sink holds exactly the table"
-    );
+    let _ = stop_and_compare(stop, task, &client).await;
 }
 
 #[tokio::test]
@@ -288,12 +290,7 @@ async fn the_final_checkpoint_at_an_idle_position_is_committed_by_the_sink() {
         .await
         .unwrap();
     let (stop, task) = spawn(&config);
-    let slot =
-        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'idle_slot'";
-    integration_tests::eventually("the job streams", TIMEOUT, || async {
-        (!lsn(&client, slot).await.is_invalid()).then_some(())
-    })
-    .await;
+    await_streaming(&client, "idle").await;
     write(&client, 0, 10).await;
     await_covered(&client, &store, "idle").await;
     // WAL moves on without published changes: checkpoints follow the
@@ -318,17 +315,7 @@ async fn the_final_checkpoint_at_an_idle_position_is_committed_by_the_sink() {
         )
         .await
         .unwrap();
-    let _ = stop.send(());
-    tokio::time::timeout(TIMEOUT, task)
-        .await
-        .expect("the job did not stop")
-        .unwrap()
-        .expect("the job failed");
-    assert_eq!(
-        rows(&client, "replica.orders").await,
-        rows(&client, "orders").await,
-        "the sink holds exactly the table"
-    );
+    let _ = stop_and_compare(stop, task, &client).await;
     assert!(
         store
             .list(&JobName::new("idle").unwrap())
