@@ -133,13 +133,41 @@ impl JsonEncoder {
 
     /// Appends `event` as one JSON object followed by `\n`.
     pub fn encode_line(&self, event: &ChangeEvent, out: &mut Vec<u8>) {
-        self.encode_at(event, now_ms(), out);
+        self.encode_at(event, self.now_ms(), out);
+        out.push(b'\n');
+    }
+
+    /// Appends every event of `events` as a JSON line, with one processing
+    /// time (Debezium's top-level `ts_ms`) for all of them: the clock is read
+    /// once per call instead of once per event.
+    pub fn encode_lines(&self, events: &[ChangeEvent], out: &mut Vec<u8>) {
+        let now_ms = self.now_ms();
+        for event in events {
+            self.encode_line_at(event, now_ms, out);
+        }
+    }
+
+    /// Like [`encode_line`](Self::encode_line) with the processing time
+    /// given (see [`now_ms`](Self::now_ms)).
+    pub fn encode_line_at(&self, event: &ChangeEvent, now_ms: i64, out: &mut Vec<u8>) {
+        self.encode_at(event, now_ms, out);
         out.push(b'\n');
     }
 
     /// Appends `event` as one JSON object (no newline).
     pub fn encode(&self, event: &ChangeEvent, out: &mut Vec<u8>) {
-        self.encode_at(event, now_ms(), out);
+        self.encode_at(event, self.now_ms(), out);
+    }
+
+    /// The processing time to pass to [`encode_at`](Self::encode_at) and
+    /// [`encode_line_at`](Self::encode_line_at): milliseconds since the Unix
+    /// epoch for the Debezium format, 0 for the plain format, which does not
+    /// write it (so it does not read the clock).
+    pub fn now_ms(&self) -> i64 {
+        match self.format {
+            JsonFormat::Debezium(_) => now_ms(),
+            JsonFormat::Plain => 0,
+        }
     }
 
     /// Like [`encode`](Self::encode) with the processing time (Debezium's
