@@ -108,9 +108,8 @@ impl FileSink {
             (file, buf, result)
         })
         .await;
-        let (file, mut buf, result) = joined.map_err(|e| {
-            SinkError::io("writing", Some(self.path.clone()), io::Error::other(e))
-        })?;
+        let (file, mut buf, result) = joined
+            .map_err(|e| SinkError::io("writing", Some(self.path.clone()), io::Error::other(e)))?;
         self.file = Some(file);
         result.map_err(|(what, e)| SinkError::io(what, Some(self.path.clone()), e))?;
         buf.clear();
@@ -455,6 +454,30 @@ mod tests {
         sink.write(&events(1, 1)).await.unwrap();
         sink.close().await.unwrap();
         assert_eq!(indexes(&read_lines(&base)), [6, 7, 0]);
+    }
+
+    #[tokio::test]
+    async fn lines_are_written_in_chunks_and_all_by_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("e");
+        let file = dir.path().join("e.000001");
+        let mut sink = open(&base, 0).await;
+        sink.write(&events(3, 10)).await.unwrap();
+        assert_eq!(
+            fs::metadata(&file).unwrap().len(),
+            0,
+            "collected, not written"
+        );
+        // More than a chunk: written without a flush, whole lines only.
+        let big = events(40, WRITE_CHUNK / 32);
+        sink.write(&big).await.unwrap();
+        let on_disk = fs::read(&file).unwrap();
+        assert!(on_disk.len() >= WRITE_CHUNK, "{}", on_disk.len());
+        assert!(on_disk.ends_with(b"\n"));
+        sink.write(&events(2, 10)).await.unwrap();
+        sink.flush().await.unwrap();
+        assert_eq!(fs::metadata(&file).unwrap().len(), sink.current_size());
+        assert_eq!(read_lines(&base).len(), 45);
     }
 
     #[tokio::test]
