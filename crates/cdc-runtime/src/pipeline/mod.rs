@@ -674,7 +674,9 @@ impl Source<'_> {
         );
         checkpoint_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let flush_ready = !self.pending.is_empty();
+            // Shipped when the socket runs dry only if a sink could acknowledge
+            // something; events of an open transaction wait for a full batch.
+            let flush_ready = self.pending.commit_end.is_some() || self.pending.committed > 0;
             let saving = shared
                 .coordinator
                 .as_ref()
@@ -711,6 +713,11 @@ impl Source<'_> {
                         return Err(ReplicationError::StreamEnded.into());
                     };
                     self.handle(shared, &mut stream, &mut ticker, &mut decoder, &payload).await?;
+                    // What the same socket read brought in, without a select round each.
+                    while self.pending.events.len() < opts.batch_size {
+                        let Some(payload) = stream.buffered_message()? else { break };
+                        self.handle(shared, &mut stream, &mut ticker, &mut decoder, &payload).await?;
+                    }
                     if self.pending.events.len() >= opts.batch_size {
                         self.ship(shared, &mut stream, &mut ticker).await?;
                     }
