@@ -107,9 +107,15 @@ async fn pgcdc_contender(kind: &str) {
     // The XLogData of a commit starts at the commit's end LSN, so `received` reaches the
     // end LSN with the last commit; `confirmed` covers an end LSN past the last commit
     // (reported by keepalives once idle).
-    let _ = progress
-        .wait_for(|p| p.received >= end || p.confirmed >= end)
-        .await;
+    // Watched from a task on the runtime rather than from the main thread that
+    // `block_on` parks: the pipeline publishes progress at every batch, and
+    // waking the main thread for each would be the bench's cost, not pgcdc's.
+    let watcher = tokio::spawn(async move {
+        let _ = progress
+            .wait_for(|p| p.received >= end || p.confirmed >= end)
+            .await;
+    });
+    watcher.await.unwrap();
     let _ = stop.send(());
     let last = run.await.unwrap().unwrap();
     println!("{}", last.events);
