@@ -217,9 +217,24 @@ mod tests {
 
     #[test]
     fn integers_at_the_edges_match_display() {
-        for v in [0u64, 1, 9, 10, 99, 100, 101, 999, 1000, 10_000_000_000, u64::MAX] {
+        for v in [
+            0u64,
+            1,
+            9,
+            10,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            10_000_000_000,
+            u64::MAX,
+        ] {
             assert_eq!(int_text(v), v.to_string());
-            assert_eq!(int_text(v - u64::from(v > 0)), (v - u64::from(v > 0)).to_string());
+            assert_eq!(
+                int_text(v - u64::from(v > 0)),
+                (v - u64::from(v > 0)).to_string()
+            );
         }
         for v in [i64::MIN, i64::MIN + 1, -100, -10, -9, -1, 0, i64::MAX] {
             assert_eq!(int_text(v), v.to_string());
