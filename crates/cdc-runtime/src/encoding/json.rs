@@ -10,34 +10,48 @@ pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-/// Appends `s` escaped for a JSON string, without quotes.
+/// Which bytes a JSON string cannot hold as they are: `"`, `\` and the
+/// control characters below 0x20.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// Appends `s` escaped for a JSON string, without quotes. Runs of bytes that
+/// need no escaping (nearly all text) are copied whole.
 pub(crate) fn write_escaped(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            0..=0x1f => &[],
-            _ => continue,
+    let mut rest = s.as_bytes();
+    while let Some(i) = rest.iter().position(|&b| NEEDS_ESCAPE[usize::from(b)]) {
+        let (plain, tail) = rest.split_at(i);
+        out.extend_from_slice(plain);
+        let Some((&b, tail)) = tail.split_first() else {
+            return;
         };
-        out.extend_from_slice(bytes.get(start..i).unwrap_or_default());
-        if esc.is_empty() {
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 0xf)]);
-        } else {
-            out.extend_from_slice(esc);
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            _ => {
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 0xf)]);
+            }
         }
-        start = i + 1;
+        rest = tail;
     }
-    out.extend_from_slice(bytes.get(start..).unwrap_or_default());
+    out.extend_from_slice(rest);
 }
 
 /// Appends the `Display` text of `v` as a JSON string. The texts this crate
