@@ -387,6 +387,47 @@ async fn server_copy_done_ends_the_stream() {
     server.await.unwrap();
 }
 
+/// `buffered_message` hands out what one read brought in and never reads the
+/// socket itself; a notice between messages is skipped, CopyDone ends it.
+#[tokio::test]
+async fn buffered_messages_come_without_reading() {
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let (config, server) = serve(|mut s| async move {
+        until_copy_both(&mut s).await;
+        let mut burst = msg(b'd', b"one");
+        burst.extend(msg(b'N', b"SNOTICE\0C00000\0Mhello\0\0"));
+        burst.extend(msg(b'd', b"two"));
+        burst.extend(msg(b'd', b"three"));
+        s.write_all(&burst).await.unwrap();
+        release_rx.await.unwrap();
+        s.write_all(&msg(b'd', b"four")).await.unwrap();
+        s.write_all(&msg(b'c', b"")).await.unwrap();
+        let _ = read_message(&mut s).await;
+    })
+    .await;
+    let mut stream = start(&config).await;
+    // The burst may take more than one read; collect it through next_message.
+    let mut got = vec![stream.next_message().await.unwrap().unwrap()];
+    while got.len() < 3 {
+        match stream.buffered_message().unwrap() {
+            Some(m) => got.push(m),
+            None => got.push(stream.next_message().await.unwrap().unwrap()),
+        }
+    }
+    assert_eq!(got, [&b"one"[..], b"two", b"three"]);
+    // Nothing buffered, and the server sends nothing until released.
+    assert_eq!(stream.buffered_message().unwrap(), None);
+    release_tx.send(()).unwrap();
+    assert_eq!(
+        stream.next_message().await.unwrap().as_deref(),
+        Some(&b"four"[..])
+    );
+    assert_eq!(stream.next_message().await.unwrap(), None);
+    assert_eq!(stream.buffered_message().unwrap(), None);
+    drop(stream);
+    server.abort();
+}
+
 /// Backpressure and throughput: the server pushes 64 MiB of CopyData; while the
 /// client does not poll, the server's writes stall (nothing reads the socket in
 /// the background); once polled, every message arrives intact and in order.

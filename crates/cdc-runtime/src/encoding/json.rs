@@ -10,34 +10,48 @@ pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-/// Appends `s` escaped for a JSON string, without quotes.
+/// Which bytes a JSON string cannot hold as they are: `"`, `\` and the
+/// control characters below 0x20.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// Appends `s` escaped for a JSON string, without quotes. Runs of bytes that
+/// need no escaping (nearly all text) are copied whole.
 pub(crate) fn write_escaped(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            0..=0x1f => &[],
-            _ => continue,
+    let mut rest = s.as_bytes();
+    while let Some(i) = rest.iter().position(|&b| NEEDS_ESCAPE[usize::from(b)]) {
+        let (plain, tail) = rest.split_at(i);
+        out.extend_from_slice(plain);
+        let Some((&b, tail)) = tail.split_first() else {
+            return;
         };
-        out.extend_from_slice(bytes.get(start..i).unwrap_or_default());
-        if esc.is_empty() {
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 0xf)]);
-        } else {
-            out.extend_from_slice(esc);
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            _ => {
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 0xf)]);
+            }
         }
-        start = i + 1;
+        rest = tail;
     }
-    out.extend_from_slice(bytes.get(start..).unwrap_or_default());
+    out.extend_from_slice(rest);
 }
 
 /// Appends the `Display` text of `v` as a JSON string. The texts this crate
@@ -57,9 +71,68 @@ pub(crate) fn write_display_str(out: &mut Vec<u8>, v: impl fmt::Display) {
     out.push(b'"');
 }
 
-/// Appends `v` as a bare JSON number (integers only).
-pub(crate) fn write_int(out: &mut Vec<u8>, v: impl Into<i128>) {
-    let _ = write!(out, "{}", v.into());
+/// An integer [`write_int`] can write.
+pub(crate) trait JsonInt: Copy {
+    /// Appends the decimal digits (with a leading `-` if negative).
+    fn write_to(self, out: &mut Vec<u8>);
+}
+
+macro_rules! json_int {
+    (unsigned: $($u:ty),*; signed: $($i:ty),*) => {
+        $(impl JsonInt for $u {
+            fn write_to(self, out: &mut Vec<u8>) {
+                write_u64(out, u64::from(self));
+            }
+        })*
+        $(impl JsonInt for $i {
+            fn write_to(self, out: &mut Vec<u8>) {
+                if self < 0 {
+                    out.push(b'-');
+                }
+                write_u64(out, u64::from(self.unsigned_abs()));
+            }
+        })*
+    };
+}
+
+json_int!(unsigned: u8, u16, u32, u64; signed: i8, i16, i32, i64);
+
+/// Appends `v` as a bare JSON number (integers only): the same text as its
+/// `Display`, without going through `core::fmt` (this runs several times for
+/// every event).
+pub(crate) fn write_int(out: &mut Vec<u8>, v: impl JsonInt) {
+    v.write_to(out);
+}
+
+/// `"00" "01" … "99"`: two digits at a time.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// Appends the decimal digits of `n` (no sign, no leading zeros).
+fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+    // u64::MAX has 20 digits.
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    let mut put_pair = |at: &mut usize, pair: u64| {
+        let i = (pair as usize) * 2;
+        *at -= 2;
+        buf[*at..*at + 2].copy_from_slice(&DIGIT_PAIRS[i..i + 2]);
+    };
+    while n >= 100 {
+        put_pair(&mut at, n % 100);
+        n /= 100;
+    }
+    if n >= 10 {
+        put_pair(&mut at, n);
+    } else {
+        at -= 1;
+        buf[at] = b'0' + n as u8;
+    }
+    out.extend_from_slice(&buf[at..]);
 }
 
 /// Appends an `f64` as a JSON number, or `"NaN"`, `"Infinity"`, `"-Infinity"`.
@@ -150,6 +223,73 @@ mod tests {
             assert_eq!(s(|o| write_base64(o, raw.as_bytes())), format!("\"{enc}\""));
         }
         assert_eq!(s(|o| write_base64(o, &[0xff, 0xfe, 0x00])), "\"//4A\"");
+    }
+
+    fn int_text(v: impl JsonInt) -> String {
+        s(|o| write_int(o, v))
+    }
+
+    #[test]
+    fn integers_at_the_edges_match_display() {
+        for v in [
+            0u64,
+            1,
+            9,
+            10,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            10_000_000_000,
+            u64::MAX,
+        ] {
+            assert_eq!(int_text(v), v.to_string());
+            assert_eq!(
+                int_text(v - u64::from(v > 0)),
+                (v - u64::from(v > 0)).to_string()
+            );
+        }
+        for v in [i64::MIN, i64::MIN + 1, -100, -10, -9, -1, 0, i64::MAX] {
+            assert_eq!(int_text(v), v.to_string());
+        }
+        assert_eq!(int_text(i32::MIN), i32::MIN.to_string());
+        assert_eq!(int_text(i16::MIN), i16::MIN.to_string());
+        assert_eq!(int_text(i8::MIN), i8::MIN.to_string());
+        assert_eq!(int_text(u32::MAX), u32::MAX.to_string());
+        assert_eq!(int_text(u16::MAX), u16::MAX.to_string());
+        assert_eq!(int_text(u8::MAX), u8::MAX.to_string());
+        // Every power of ten and its neighbours (digit-count boundaries).
+        let mut p = 1u64;
+        while let Some(next) = p.checked_mul(10) {
+            for v in [p - 1, p, p + 1, next - 1] {
+                assert_eq!(int_text(v), v.to_string());
+            }
+            p = next;
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn unsigned_integers_match_display(v: u64, w: u32, x: u16) {
+            proptest::prop_assert_eq!(int_text(v), v.to_string());
+            proptest::prop_assert_eq!(int_text(w), w.to_string());
+            proptest::prop_assert_eq!(int_text(x), x.to_string());
+        }
+
+        #[test]
+        fn signed_integers_match_display(v: i64, w: i32, x: i16) {
+            proptest::prop_assert_eq!(int_text(v), v.to_string());
+            proptest::prop_assert_eq!(int_text(w), w.to_string());
+            proptest::prop_assert_eq!(int_text(x), x.to_string());
+        }
+
+        #[test]
+        fn integers_append_to_what_is_there(v: i64, prefix in "[a-z]{0,5}") {
+            let mut out = prefix.clone().into_bytes();
+            write_int(&mut out, v);
+            proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), format!("{prefix}{v}"));
+        }
     }
 
     #[test]

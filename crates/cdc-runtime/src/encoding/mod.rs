@@ -118,12 +118,26 @@ pub enum JsonFormat {
 #[derive(Debug, Clone)]
 pub struct JsonEncoder {
     format: JsonFormat,
+    /// The Debezium `source` block up to its `ts_ms` value, the same for
+    /// every event: written once here instead of escaped for each event.
+    source_head: Vec<u8>,
 }
 
 impl JsonEncoder {
     /// An encoder for `format`.
     pub fn new(format: JsonFormat) -> Self {
-        JsonEncoder { format }
+        let mut source_head = Vec::new();
+        if let JsonFormat::Debezium(opts) = &format {
+            source_head.extend_from_slice(b"\"source\":{\"version\":");
+            write_str(&mut source_head, &opts.version);
+            source_head.extend_from_slice(b",\"connector\":\"postgresql\",\"name\":");
+            write_str(&mut source_head, &opts.name);
+            source_head.extend_from_slice(b",\"ts_ms\":");
+        }
+        JsonEncoder {
+            format,
+            source_head,
+        }
     }
 
     /// The format.
@@ -133,20 +147,48 @@ impl JsonEncoder {
 
     /// Appends `event` as one JSON object followed by `\n`.
     pub fn encode_line(&self, event: &ChangeEvent, out: &mut Vec<u8>) {
-        self.encode_at(event, now_ms(), out);
+        self.encode_at(event, self.now_ms(), out);
+        out.push(b'\n');
+    }
+
+    /// Appends every event of `events` as a JSON line, with one processing
+    /// time (Debezium's top-level `ts_ms`) for all of them: the clock is read
+    /// once per call instead of once per event.
+    pub fn encode_lines(&self, events: &[ChangeEvent], out: &mut Vec<u8>) {
+        let now_ms = self.now_ms();
+        for event in events {
+            self.encode_line_at(event, now_ms, out);
+        }
+    }
+
+    /// Like [`encode_line`](Self::encode_line) with the processing time
+    /// given (see [`now_ms`](Self::now_ms)).
+    pub fn encode_line_at(&self, event: &ChangeEvent, now_ms: i64, out: &mut Vec<u8>) {
+        self.encode_at(event, now_ms, out);
         out.push(b'\n');
     }
 
     /// Appends `event` as one JSON object (no newline).
     pub fn encode(&self, event: &ChangeEvent, out: &mut Vec<u8>) {
-        self.encode_at(event, now_ms(), out);
+        self.encode_at(event, self.now_ms(), out);
+    }
+
+    /// The processing time to pass to [`encode_at`](Self::encode_at) and
+    /// [`encode_line_at`](Self::encode_line_at): milliseconds since the Unix
+    /// epoch for the Debezium format, 0 for the plain format, which does not
+    /// write it (so it does not read the clock).
+    pub fn now_ms(&self) -> i64 {
+        match self.format {
+            JsonFormat::Debezium(_) => now_ms(),
+            JsonFormat::Plain => 0,
+        }
     }
 
     /// Like [`encode`](Self::encode) with the processing time (Debezium's
     /// top-level `ts_ms`) given, for reproducible output.
     pub fn encode_at(&self, event: &ChangeEvent, now_ms: i64, out: &mut Vec<u8>) {
         match &self.format {
-            JsonFormat::Debezium(opts) => debezium(event, opts, now_ms, out),
+            JsonFormat::Debezium(_) => debezium(event, &self.source_head, now_ms, out),
             JsonFormat::Plain => plain(event, out),
         }
     }
@@ -192,7 +234,7 @@ fn write_row(
     out.push(b'}');
 }
 
-fn debezium(ev: &ChangeEvent, opts: &DebeziumOptions, now_ms: i64, out: &mut Vec<u8>) {
+fn debezium(ev: &ChangeEvent, source_head: &[u8], now_ms: i64, out: &mut Vec<u8>) {
     let table = ev.table.as_deref();
     let mode = Temporal::DebeziumAdaptive;
     out.push(b'{');
@@ -204,21 +246,13 @@ fn debezium(ev: &ChangeEvent, opts: &DebeziumOptions, now_ms: i64, out: &mut Vec
         out.push(b',');
     }
     let s = &ev.source;
-    out.extend_from_slice(b"\"source\":{\"version\":");
-    write_str(out, &opts.version);
-    out.extend_from_slice(b",\"connector\":\"postgresql\",\"name\":");
-    write_str(out, &opts.name);
-    out.extend_from_slice(b",\"ts_ms\":");
+    out.extend_from_slice(source_head);
     write_int(out, s.commit_time.and_then(pg_time_ms).unwrap_or(now_ms));
-    out.extend_from_slice(b",\"snapshot\":");
-    write_str(
-        out,
-        if ev.op == Operation::Read {
-            "true"
-        } else {
-            "false"
-        },
-    );
+    out.extend_from_slice(if ev.op == Operation::Read {
+        b",\"snapshot\":\"true\""
+    } else {
+        b",\"snapshot\":\"false\""
+    });
     out.extend_from_slice(b",\"db\":");
     write_str(out, &s.database);
     out.extend_from_slice(b",\"sequence\":\"[\\\"");

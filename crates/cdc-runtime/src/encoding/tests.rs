@@ -546,3 +546,42 @@ fn encode_line_appends_one_line() {
     assert_eq!(lines[0], "prev");
     serde_json::from_str::<Json>(lines[2]).unwrap();
 }
+
+#[test]
+fn encode_lines_share_one_processing_time() {
+    let t = simple_table();
+    let evs: Vec<ChangeEvent> = (0..3)
+        .map(|i| {
+            event(
+                Operation::Create,
+                &t,
+                None,
+                Some(vec![Value::Int4(i), v(types::TEXT, "x")]),
+            )
+        })
+        .collect();
+    let enc = debezium_encoder();
+    let before = enc.now_ms();
+    let mut batch = Vec::new();
+    enc.encode_lines(&evs, &mut batch);
+    let after = enc.now_ms();
+    let text = String::from_utf8(batch.clone()).unwrap();
+    let lines: Vec<Json> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    let now = lines[0]["ts_ms"].as_i64().unwrap();
+    assert!(
+        (before..=after).contains(&now),
+        "{before} <= {now} <= {after}"
+    );
+    // The same bytes as encoding each line with that time.
+    let mut one_by_one = Vec::new();
+    for ev in &evs {
+        enc.encode_line_at(ev, now, &mut one_by_one);
+    }
+    assert_eq!(batch, one_by_one);
+    // The plain format writes no processing time and reads no clock.
+    assert_eq!(JsonEncoder::new(JsonFormat::Plain).now_ms(), 0);
+}

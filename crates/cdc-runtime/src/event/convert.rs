@@ -118,6 +118,9 @@ pub struct EventConverter {
     slot: Arc<str>,
     open: Option<OpenTxn>,
     schemas: HashMap<Oid, (Arc<Relation<'static>>, Arc<TableSchema>)>,
+    /// The entry of `schemas` used last: consecutive changes are mostly of
+    /// one table, so they skip the hash lookup.
+    last: Option<(Arc<Relation<'static>>, Arc<TableSchema>)>,
 }
 
 impl EventConverter {
@@ -128,6 +131,7 @@ impl EventConverter {
             slot: slot.into(),
             open: None,
             schemas: HashMap::new(),
+            last: None,
         }
     }
 
@@ -372,13 +376,26 @@ impl EventConverter {
 
     /// The shared schema of `rel`, rebuilt only when the relation changed.
     fn schema(&mut self, rel: &Arc<Relation<'static>>) -> Arc<TableSchema> {
-        if let Some((cached, schema)) = self.schemas.get(&rel.oid) {
-            if Arc::ptr_eq(cached, rel) || **cached == **rel {
+        if let Some((cached, schema)) = &self.last {
+            if Arc::ptr_eq(cached, rel) {
                 return schema.clone();
             }
         }
-        let schema = Arc::new(TableSchema::from_relation(rel));
-        self.schemas.insert(rel.oid, (rel.clone(), schema.clone()));
+        let schema = match self.schemas.get_mut(&rel.oid) {
+            Some((cached, schema)) if Arc::ptr_eq(cached, rel) || **cached == **rel => {
+                // The server sent the same relation again (as it does for
+                // every streamed block): remember this copy, so the next
+                // changes compare pointers only.
+                *cached = rel.clone();
+                schema.clone()
+            }
+            _ => {
+                let schema = Arc::new(TableSchema::from_relation(rel));
+                self.schemas.insert(rel.oid, (rel.clone(), schema.clone()));
+                schema
+            }
+        };
+        self.last = Some((rel.clone(), schema.clone()));
         schema
     }
 }

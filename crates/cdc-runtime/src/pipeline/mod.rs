@@ -172,12 +172,24 @@ pub struct PipelineOptions {
     pub receive_timeout: Option<Duration>,
     /// Reconnect pacing.
     pub backoff: Backoff,
+    /// After a socket read that brought in less than [`READ_PAUSE_BELOW`]
+    /// bytes, wait this long before reading again, so that the next read
+    /// takes in what the server sent meanwhile at once: while the server
+    /// sends faster than one small read at a time, every read otherwise
+    /// costs a system call, a readiness wait and a task wake-up for a few
+    /// messages. It adds at most this much latency, and only while data
+    /// keeps arriving in small pieces. Zero: read again at once.
+    pub read_pause: Duration,
 }
+
+/// See [`PipelineOptions::read_pause`].
+pub const READ_PAUSE_BELOW: usize = 64 * 1024;
 
 impl PipelineOptions {
     /// Options with the defaults (newest protocol version, batch 1000, 64 MiB
     /// budget, spill files in the system temporary directory, 10 s status
-    /// interval, 4 batches per sink channel, 90 s receive timeout).
+    /// interval, 4 batches per sink channel, 90 s receive timeout, 1 ms read
+    /// pause).
     pub fn new(
         replication: ReplicationConfig,
         slot: impl Into<String>,
@@ -196,6 +208,7 @@ impl PipelineOptions {
             channel_capacity: 4,
             receive_timeout: Some(Duration::from_secs(90)),
             backoff: Backoff::default(),
+            read_pause: Duration::from_millis(1),
         }
     }
 }
@@ -737,8 +750,15 @@ impl Source<'_> {
                 .map_or(Duration::from_secs(3600), Coordinator::tick_period),
         );
         checkpoint_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Armed after a small read (see `PipelineOptions::read_pause`); one
+        // timer, reset each time.
+        let pause = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(pause);
+        let mut paused = false;
         loop {
-            let flush_ready = !self.pending.is_empty();
+            // Shipped when the socket runs dry only if a sink could acknowledge
+            // something; events of an open transaction wait for a full batch.
+            let flush_ready = self.pending.commit_end.is_some() || self.pending.committed > 0;
             let saving = shared
                 .coordinator
                 .as_ref()
@@ -768,15 +788,31 @@ impl Source<'_> {
                     shared.poll_checkpoint();
                 }
                 _ = ticker.tick() => shared.send_status(&mut stream).await?,
-                msg = stream.next_message() => {
+                _ = &mut pause, if paused => paused = false,
+                msg = stream.next_message(), if !paused => {
                     let Some(payload) = msg? else {
                         // The server ended the stream: finish reports why.
                         stream.finish().await?;
                         return Err(ReplicationError::StreamEnded.into());
                     };
+                    let mut bytes = payload.len();
                     self.handle(shared, &mut stream, &mut ticker, &mut decoder, &payload).await?;
+                    // What the same socket read brought in, without a select round each.
+                    let mut drained = false;
+                    while self.pending.events.len() < opts.batch_size {
+                        let Some(payload) = stream.buffered_message()? else {
+                            drained = true;
+                            break;
+                        };
+                        bytes += payload.len();
+                        self.handle(shared, &mut stream, &mut ticker, &mut decoder, &payload).await?;
+                    }
                     if self.pending.events.len() >= opts.batch_size {
                         self.ship(shared, &mut stream, &mut ticker).await?;
+                    }
+                    if drained && bytes < READ_PAUSE_BELOW && !opts.read_pause.is_zero() {
+                        pause.as_mut().reset(tokio::time::Instant::now() + opts.read_pause);
+                        paused = true;
                     }
                 }
                 // Nothing more to read right now: hand over what we have.

@@ -8,7 +8,17 @@ use postgres_protocol::message::frontend;
 use super::connection::ReplicationConnection;
 use super::error::{ProtocolError, ReplicationError};
 use super::transport::log_notice;
-use super::wire::{encode_copy_data, parse_error_fields};
+use super::wire::{encode_copy_data, parse_error_fields, Frame};
+
+/// What a backend frame means for the stream.
+enum Step {
+    /// A CopyData payload.
+    Data(Bytes),
+    /// The server ended the stream.
+    End,
+    /// Nothing for the caller (a notice, a parameter status).
+    Skip,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CopyState {
@@ -75,6 +85,12 @@ impl ReplicationStream {
             CopyState::Failed => return Err(ReplicationError::StreamEnded),
         }
         loop {
+            if let Some(body) = self.buffered_message()? {
+                return Ok(Some(body));
+            }
+            if self.state != CopyState::Open {
+                return Ok(None);
+            }
             let read = self.conn.transport.read_frame();
             let result = match self.receive_timeout {
                 None => read.await,
@@ -90,30 +106,68 @@ impl ReplicationStream {
                     return Err(e);
                 }
             };
-            match frame.tag {
-                b'd' => return Ok(Some(frame.body)),
-                b'c' => {
-                    self.state = CopyState::ServerDone;
-                    return Ok(None);
-                }
-                b'C' => {
-                    self.state = CopyState::Completed;
-                    return Ok(None);
-                }
-                b'N' => log_notice(parse_error_fields(frame.body)),
-                b'S' => {} // ParameterStatus may arrive at any time; nothing depends on it here.
-                b'E' => {
+            match self.step(frame)? {
+                Step::Data(body) => return Ok(Some(body)),
+                Step::End => return Ok(None),
+                Step::Skip => {}
+            }
+        }
+    }
+
+    /// The next CopyData payload if one is already complete in the read
+    /// buffer, without reading the socket or arming the receive timeout:
+    /// `None` when nothing complete is buffered or the stream ended (then
+    /// [`next_message`](Self::next_message) says which). For draining what
+    /// one socket read brought in without a `select!` round per message.
+    pub fn buffered_message(&mut self) -> Result<Option<Bytes>, ReplicationError> {
+        if self.state != CopyState::Open {
+            return Ok(None);
+        }
+        loop {
+            let frame = match self.conn.transport.buffered_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Ok(None),
+                Err(e) => {
                     self.state = CopyState::Failed;
-                    return Err(parse_error_fields(frame.body)?.into());
+                    return Err(e);
                 }
-                tag => {
-                    self.state = CopyState::Failed;
-                    return Err(ProtocolError::Unexpected {
-                        tag: char::from(tag),
-                        state: "streaming",
-                    }
-                    .into());
+            };
+            match self.step(frame)? {
+                Step::Data(body) => return Ok(Some(body)),
+                Step::End => return Ok(None),
+                Step::Skip => {}
+            }
+        }
+    }
+
+    /// Handles one frame received while streaming.
+    fn step(&mut self, frame: Frame) -> Result<Step, ReplicationError> {
+        match frame.tag {
+            b'd' => Ok(Step::Data(frame.body)),
+            b'c' => {
+                self.state = CopyState::ServerDone;
+                Ok(Step::End)
+            }
+            b'C' => {
+                self.state = CopyState::Completed;
+                Ok(Step::End)
+            }
+            b'N' => {
+                log_notice(parse_error_fields(frame.body));
+                Ok(Step::Skip)
+            }
+            b'S' => Ok(Step::Skip), // ParameterStatus may arrive at any time; nothing depends on it here.
+            b'E' => {
+                self.state = CopyState::Failed;
+                Err(parse_error_fields(frame.body)?.into())
+            }
+            tag => {
+                self.state = CopyState::Failed;
+                Err(ProtocolError::Unexpected {
+                    tag: char::from(tag),
+                    state: "streaming",
                 }
+                .into())
             }
         }
     }

@@ -123,6 +123,11 @@ impl Transport {
         }
     }
 
+    /// The next complete backend message if one is buffered; never reads.
+    pub(crate) fn buffered_frame(&mut self) -> Result<Option<Frame>, ReplicationError> {
+        Ok(split_frame(&mut self.read)?)
+    }
+
     /// Writes and flushes everything in the write buffer. Not cancel-safe: a
     /// dropped send leaves the connection in an unknown state.
     pub(crate) async fn send(&mut self) -> Result<(), ReplicationError> {

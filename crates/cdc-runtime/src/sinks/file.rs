@@ -1,10 +1,8 @@
 //! JSON lines in files, rotated by size.
 
 use std::fs;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-
-use tokio::io::AsyncWriteExt;
 
 use crate::encoding::JsonEncoder;
 use crate::event::ChangeEvent;
@@ -27,7 +25,11 @@ pub struct FileSinkOptions {
 /// * Lines are never split across files and never lost on rotation: the
 ///   full file is fsynced before the next one is created (and the directory
 ///   fsynced after).
-/// * [`flush`](Sink::flush) fsyncs the current file.
+/// * Lines are collected in memory and written in chunks of about 1 MiB (and
+///   at every flush, rotation and close), each write and fsync on tokio's
+///   blocking pool: one hand-off per chunk, not one per batch.
+/// * [`flush`](Sink::flush) writes what is collected and fsyncs the current
+///   file; lines written but not flushed may not be in the file yet.
 /// * Opening again continues the highest-numbered file, appending. A
 ///   trailing partial line (a write torn by a crash, never flushed) is cut
 ///   off first, so every file holds whole lines only.
@@ -38,7 +40,8 @@ pub struct FileSink {
     encoder: JsonEncoder,
     seq: u32,
     path: PathBuf,
-    file: Option<tokio::fs::File>,
+    /// `None` once closed (or while a write is on the blocking pool).
+    file: Option<fs::File>,
     size: u64,
     buf: Vec<u8>,
     line: Vec<u8>,
@@ -59,7 +62,7 @@ impl FileSink {
             encoder,
             seq,
             path,
-            file: Some(tokio::fs::File::from_std(file)),
+            file: Some(file),
             size,
             buf: Vec::new(),
             line: Vec::new(),
@@ -81,31 +84,41 @@ impl FileSink {
         Ok(numbered_files(base)?.into_iter().map(|(_, p)| p).collect())
     }
 
-    async fn write_buf(&mut self) -> Result<(), SinkError> {
-        if self.buf.is_empty() {
+    /// Writes the collected lines to the file and, with `sync`, fsyncs it:
+    /// one trip to the blocking pool.
+    async fn write_buf(&mut self, sync: bool) -> Result<(), SinkError> {
+        if self.buf.is_empty() && !sync {
             return Ok(());
         }
-        let file = self.file.as_mut().ok_or(SinkError::Closed)?;
-        file.write_all(&self.buf)
-            .await
-            .map_err(|e| SinkError::io("writing", Some(self.path.clone()), e))?;
-        self.buf.clear();
+        let mut file = self.file.take().ok_or(SinkError::Closed)?;
+        let buf = std::mem::take(&mut self.buf);
+        let joined = tokio::task::spawn_blocking(move || {
+            let written = if buf.is_empty() {
+                Ok(())
+            } else {
+                file.write_all(&buf).map_err(|e| ("writing", e))
+            };
+            let result = written.and_then(|()| {
+                if sync {
+                    file.sync_data().map_err(|e| ("fsyncing", e))
+                } else {
+                    Ok(())
+                }
+            });
+            (file, buf, result)
+        })
+        .await;
+        let (file, mut buf, result) = joined
+            .map_err(|e| SinkError::io("writing", Some(self.path.clone()), io::Error::other(e)))?;
+        self.file = Some(file);
+        result.map_err(|(what, e)| SinkError::io(what, Some(self.path.clone()), e))?;
+        buf.clear();
+        self.buf = buf;
         Ok(())
     }
 
-    async fn sync(&mut self) -> Result<(), SinkError> {
-        let file = self.file.as_mut().ok_or(SinkError::Closed)?;
-        file.flush()
-            .await
-            .map_err(|e| SinkError::io("writing", Some(self.path.clone()), e))?;
-        file.sync_data()
-            .await
-            .map_err(|e| SinkError::io("fsyncing", Some(self.path.clone()), e))
-    }
-
     async fn rotate(&mut self) -> Result<(), SinkError> {
-        self.write_buf().await?;
-        self.sync().await?;
+        self.write_buf(true).await?;
         let seq = self.seq.checked_add(1).ok_or_else(|| {
             SinkError::io(
                 "rotating",
@@ -118,7 +131,7 @@ impl FileSink {
         let file = tokio::task::spawn_blocking(move || create_synced(&p))
             .await
             .map_err(|e| SinkError::io("creating", Some(path.clone()), io::Error::other(e)))??;
-        self.file = Some(tokio::fs::File::from_std(file));
+        self.file = Some(file);
         self.seq = seq;
         self.path = path;
         self.size = 0;
@@ -132,25 +145,32 @@ impl Sink for FileSink {
         if self.file.is_none() {
             return Err(SinkError::Closed);
         }
+        let now_ms = self.encoder.now_ms();
         for ev in batch {
-            self.line.clear();
-            self.encoder.encode_line(ev, &mut self.line);
-            let len = self.line.len() as u64;
-            if self.max_bytes > 0 && self.size > 0 && self.size + len > self.max_bytes {
-                self.rotate().await?;
+            if self.max_bytes == 0 {
+                // No rotation: encode straight into the buffer.
+                let start = self.buf.len();
+                self.encoder.encode_line_at(ev, now_ms, &mut self.buf);
+                self.size += (self.buf.len() - start) as u64;
+            } else {
+                self.line.clear();
+                self.encoder.encode_line_at(ev, now_ms, &mut self.line);
+                let len = self.line.len() as u64;
+                if self.size > 0 && self.size + len > self.max_bytes {
+                    self.rotate().await?;
+                }
+                self.buf.extend_from_slice(&self.line);
+                self.size += len;
             }
-            self.buf.extend_from_slice(&self.line);
-            self.size += len;
-            if self.buf.len() >= 1 << 20 {
-                self.write_buf().await?;
+            if self.buf.len() >= WRITE_CHUNK {
+                self.write_buf(false).await?;
             }
         }
-        self.write_buf().await
+        Ok(())
     }
 
     async fn flush(&mut self) -> Result<(), SinkError> {
-        self.write_buf().await?;
-        self.sync().await
+        self.write_buf(true).await
     }
 
     async fn close(&mut self) -> Result<(), SinkError> {
@@ -161,6 +181,9 @@ impl Sink for FileSink {
         Ok(())
     }
 }
+
+/// Collected lines are written once they reach this many bytes.
+const WRITE_CHUNK: usize = 1 << 20;
 
 fn numbered(base: &Path, seq: u32) -> PathBuf {
     let mut name = base.as_os_str().to_owned();
@@ -431,6 +454,30 @@ mod tests {
         sink.write(&events(1, 1)).await.unwrap();
         sink.close().await.unwrap();
         assert_eq!(indexes(&read_lines(&base)), [6, 7, 0]);
+    }
+
+    #[tokio::test]
+    async fn lines_are_written_in_chunks_and_all_by_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("e");
+        let file = dir.path().join("e.000001");
+        let mut sink = open(&base, 0).await;
+        sink.write(&events(3, 10)).await.unwrap();
+        assert_eq!(
+            fs::metadata(&file).unwrap().len(),
+            0,
+            "collected, not written"
+        );
+        // More than a chunk: written without a flush, whole lines only.
+        let big = events(40, WRITE_CHUNK / 32);
+        sink.write(&big).await.unwrap();
+        let on_disk = fs::read(&file).unwrap();
+        assert!(on_disk.len() >= WRITE_CHUNK, "{}", on_disk.len());
+        assert!(on_disk.ends_with(b"\n"));
+        sink.write(&events(2, 10)).await.unwrap();
+        sink.flush().await.unwrap();
+        assert_eq!(fs::metadata(&file).unwrap().len(), sink.current_size());
+        assert_eq!(read_lines(&base).len(), 45);
     }
 
     #[tokio::test]

@@ -60,9 +60,7 @@ impl<W: AsyncWrite + Unpin + Send> Sink for JsonLinesSink<W> {
     async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
         let w = self.writer.as_mut().ok_or(SinkError::Closed)?;
         self.buf.clear();
-        for ev in batch {
-            self.encoder.encode_line(ev, &mut self.buf);
-        }
+        self.encoder.encode_lines(batch, &mut self.buf);
         w.write_all(&self.buf)
             .await
             .map_err(|e| SinkError::io("writing", None, e))
