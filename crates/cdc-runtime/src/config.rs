@@ -327,6 +327,14 @@ pub enum SinkConfig {
         /// The name of its progress row (default: the slot name).
         #[serde(default)]
         name: Option<String>,
+        /// Commit the sink's writes and each checkpoint in one transaction.
+        /// By default this happens whenever the sink is exactly-once and the
+        /// checkpoint store is in the target database; `false` turns it off
+        /// (writes then commit batch by batch, and the progress row keeps
+        /// them exactly once); `true` makes it required, refusing to start
+        /// otherwise.
+        #[serde(default)]
+        commit_with_checkpoint: Option<bool>,
         /// Target tables by source table (`"public.orders" = "replica.orders"`);
         /// tables not listed go to the same name on the target.
         #[serde(default)]
@@ -511,6 +519,21 @@ impl Config {
             c.check()?;
             checkpoint_api::JobName::new(c.job_name(s))
                 .map_err(|e| invalid("checkpoint.job", e.to_string()))?;
+        }
+        for sink in &self.sinks {
+            if let SinkConfig::Postgres {
+                exactly_once,
+                commit_with_checkpoint: Some(true),
+                ..
+            } = sink
+            {
+                if !exactly_once || self.checkpoint.is_none() {
+                    return Err(invalid(
+                        "sinks.commit_with_checkpoint",
+                        "needs exactly_once = true and a [checkpoint] section in the sink's target database",
+                    ));
+                }
+            }
         }
         checkpoint::check_operators(&self.operators)?;
         if !self.operators.is_empty() && self.checkpoint.is_none() {

@@ -33,6 +33,10 @@
 //!   ([`PgStoreConfig::keep_on_save`], default 5: older rows deleted and their large objects
 //!   unlinked) commit together or not at all. A small (inline) save is one statement, so
 //!   one round trip with a cached prepared statement; so is loading an inline checkpoint.
+//! * [`PgCheckpointStore::save_in`] writes a checkpoint inside a transaction the caller
+//!   opened on its own connection to the same database, without committing: the caller's
+//!   writes and the checkpoint then commit together (pgcdc's PostgreSQL sink does this for
+//!   exactly-once delivery).
 //! * The save locks the job's lease row (`FOR UPDATE`) and checks its epoch: a writer whose
 //!   lease was taken over gets [`CheckpointError::Fenced`](checkpoint_api::CheckpointError).
 //! * Loads read in one `REPEATABLE READ` snapshot, check chunk lengths against the metadata
@@ -93,10 +97,12 @@
 
 mod config;
 mod error;
+mod identity;
 mod schema;
 mod sql;
 mod store;
 
 pub use config::{ConfigError, LargeLayout, PgStoreConfig, PoolOptions};
+pub use identity::{database_identity, DatabaseIdentity};
 pub use schema::{quote_ident, SCHEMA_VERSION};
 pub use store::PgCheckpointStore;

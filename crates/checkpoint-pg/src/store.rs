@@ -11,13 +11,15 @@ use checkpoint_api::{
     NotFound, OwnerId, Regression, Rejection, SkippedCheckpoint, StorageKind, StoredCheckpoint,
     Timestamp,
 };
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, StatementCache,
+};
 use futures_util::{pin_mut, stream, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::types::{PgLsn, Type};
-use tokio_postgres::{IsolationLevel, NoTls, Row, Socket};
+use tokio_postgres::{IsolationLevel, NoTls, Row, Socket, Statement};
 
 use crate::config::{LargeLayout, PgStoreConfig};
 use crate::error::{definite, pg, pool};
@@ -26,6 +28,37 @@ use crate::sql::Sql;
 
 /// Chunks encoded ahead of the one being sent.
 const PIPELINE_DEPTH: usize = 2;
+
+/// The connection a save runs on: a pooled one (statements cached per
+/// connection) or a caller's, inside the caller's transaction.
+#[derive(Clone, Copy)]
+struct Db<'a> {
+    client: &'a tokio_postgres::Client,
+    cache: Option<&'a StatementCache>,
+}
+
+impl<'a> Db<'a> {
+    fn pooled(client: &'a Object) -> Self {
+        Db {
+            client,
+            cache: Some(&client.statement_cache),
+        }
+    }
+
+    fn pooled_tx(tx: &'a deadpool_postgres::Transaction<'_>) -> Self {
+        Db {
+            client: tx.client(),
+            cache: Some(&tx.statement_cache),
+        }
+    }
+
+    async fn prepare(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        match self.cache {
+            Some(cache) => cache.prepare(self.client, sql).await,
+            None => self.client.prepare(sql).await,
+        }
+    }
+}
 
 /// A [`CheckpointStore`] in PostgreSQL tables.
 ///
@@ -174,6 +207,68 @@ impl PgCheckpointStore {
         Ok(u64::try_from(unlinked).unwrap_or_default())
     }
 
+    /// The identity of the store's database, to compare with another
+    /// connection's (see [`save_in`](Self::save_in)).
+    pub async fn database_identity(&self) -> Result<crate::DatabaseIdentity, CheckpointError> {
+        let client = self.client().await?;
+        crate::database_identity(&client)
+            .await
+            .map_err(|e| pg("identifying the database", e))
+    }
+
+    /// Saves `checkpoint` on `client`, inside a transaction the caller has
+    /// begun there, and applies retention (keep the newest `keep`) in it;
+    /// **nothing is committed**. The caller commits, and with it its own
+    /// writes in that transaction and the checkpoint, or neither: a sink
+    /// whose target is the store's database gets exactly-once delivery this
+    /// way.
+    ///
+    /// `client` must be connected to the store's database (compare
+    /// [`database_identity`](crate::database_identity) of both) with a
+    /// transaction open; the store's tables must exist (opening the store
+    /// creates them). The lease is checked exactly as by
+    /// [`CheckpointStore::save`]; on any error the caller must roll back.
+    pub async fn save_in(
+        &self,
+        client: &tokio_postgres::Client,
+        lease: &Lease,
+        checkpoint: &Checkpoint,
+        keep: usize,
+    ) -> Result<CheckpointMeta, CheckpointError> {
+        lease.check_job(checkpoint)?;
+        let config = &self.inner.config;
+        let rejected = |e| CheckpointError::Rejected {
+            reason: Rejection::Encode(e),
+        };
+        let db = Db {
+            client,
+            cache: None,
+        };
+        let keep_others = Some(i64::try_from(keep.max(1) - 1).unwrap_or(i64::MAX));
+        let encoder =
+            ChunkedEncoder::new(checkpoint, &config.encode, usize::MAX).map_err(rejected)?;
+        if encoder.uncompressed_len() <= config.inline_threshold as u64 {
+            return self
+                .save_inline(db, lease, checkpoint, encoder, keep_others)
+                .await;
+        }
+        let chunk_size = match config.large_layout {
+            LargeLayout::ChunkRows => config.row_chunk_size,
+            LargeLayout::LargeObject => config.large_object_chunk_size,
+        };
+        let encoder =
+            ChunkedEncoder::new(checkpoint, &config.encode, chunk_size).map_err(rejected)?;
+        self.write_large(
+            db,
+            lease,
+            checkpoint,
+            encoder,
+            config.large_layout,
+            keep_others,
+        )
+        .await
+    }
+
     fn sql(&self) -> &Sql {
         &self.inner.sql
     }
@@ -202,10 +297,11 @@ impl PgCheckpointStore {
 
     async fn save_inline(
         &self,
-        client: &mut Object,
+        db: Db<'_>,
         lease: &Lease,
         checkpoint: &Checkpoint,
         mut encoder: ChunkedEncoder,
+        keep_others: Option<i64>,
     ) -> Result<CheckpointMeta, CheckpointError> {
         let mut envelope = BytesMut::new();
         let mut first: Option<Bytes> = None;
@@ -222,13 +318,13 @@ impl PgCheckpointStore {
         let envelope = first.unwrap_or_else(|| envelope.freeze());
         let manifest = finished(&encoder)?;
         let p = SaveParams::new(lease, checkpoint, &manifest)?;
-        let keep_others = self.keep_others();
-        let stmt = client
-            .prepare_cached(&self.sql().save_inline)
+        let stmt = db
+            .prepare(&self.sql().save_inline)
             .await
             .map_err(|e| pg("save: prepare", e))?;
         let data: &[u8] = &envelope;
-        let row = client
+        let row = db
+            .client
             .query_one(
                 &stmt,
                 &[
@@ -250,7 +346,7 @@ impl PgCheckpointStore {
             .map_err(|e| pg("save", e))?;
         let inserted: bool = row.try_get(0).map_err(|e| pg("save: result", e))?;
         if !inserted {
-            return Err(self.why_refused(client, lease, checkpoint).await);
+            return Err(self.why_refused(db, lease, checkpoint).await);
         }
         Ok(p.meta(checkpoint, StorageKind::Inline))
     }
@@ -258,13 +354,15 @@ impl PgCheckpointStore {
     /// Why the one-statement save of `checkpoint` inserted nothing, read after the fact.
     async fn why_refused(
         &self,
-        client: &Object,
+        db: Db<'_>,
         lease: &Lease,
         checkpoint: &Checkpoint,
     ) -> CheckpointError {
         let state = async {
-            let stmt = client.prepare_cached(&self.sql().lease_state).await?;
-            client.query_opt(&stmt, &[&checkpoint.job.as_str()]).await
+            let stmt = db.prepare(&self.sql().lease_state).await?;
+            db.client
+                .query_opt(&stmt, &[&checkpoint.job.as_str()])
+                .await
         }
         .await
         .map_err(|e| pg("save: reading the lease", e));
@@ -287,6 +385,7 @@ impl PgCheckpointStore {
         })
     }
 
+    /// A big save on a pooled connection: its own transaction.
     async fn save_large(
         &self,
         client: &mut Object,
@@ -295,14 +394,40 @@ impl PgCheckpointStore {
         encoder: ChunkedEncoder,
         layout: LargeLayout,
     ) -> Result<CheckpointMeta, CheckpointError> {
-        let job = checkpoint.job.as_str();
-        let id = db_id(checkpoint.id)?;
         let tx = client
             .transaction()
             .await
             .map_err(|e| pg("save: begin", e))?;
-        let lock = tx
-            .prepare_cached(&self.sql().lock_for_save)
+        let meta = self
+            .write_large(
+                Db::pooled_tx(&tx),
+                lease,
+                checkpoint,
+                encoder,
+                layout,
+                self.keep_others(),
+            )
+            .await?;
+        tx.commit().await.map_err(|e| pg("save: commit", e))?;
+        Ok(meta)
+    }
+
+    /// Writes a big checkpoint inside the transaction open on `db`, without
+    /// committing it.
+    async fn write_large(
+        &self,
+        db: Db<'_>,
+        lease: &Lease,
+        checkpoint: &Checkpoint,
+        encoder: ChunkedEncoder,
+        layout: LargeLayout,
+        keep_others: Option<i64>,
+    ) -> Result<CheckpointMeta, CheckpointError> {
+        let job = checkpoint.job.as_str();
+        let id = db_id(checkpoint.id)?;
+        let tx = db.client;
+        let lock = db
+            .prepare(&self.sql().lock_for_save)
             .await
             .map_err(|e| pg("save: prepare", e))?;
         let row = tx
@@ -331,8 +456,8 @@ impl PgCheckpointStore {
 
         let (storage, lo_oid) = match layout {
             LargeLayout::ChunkRows => {
-                let copy = tx
-                    .prepare_cached(&self.sql().copy_chunks)
+                let copy = db
+                    .prepare(&self.sql().copy_chunks)
                     .await
                     .map_err(|e| pg("save: prepare", e))?;
                 let sink = tx
@@ -363,8 +488,8 @@ impl PgCheckpointStore {
                 ("chunk_rows", None)
             }
             LargeLayout::LargeObject => {
-                let record = tx
-                    .prepare_cached(&self.sql().record_lo)
+                let record = db
+                    .prepare(&self.sql().record_lo)
                     .await
                     .map_err(|e| pg("save: prepare", e))?;
                 let oid: u32 = tx
@@ -372,8 +497,8 @@ impl PgCheckpointStore {
                     .await
                     .and_then(|r| r.try_get(0))
                     .map_err(|e| pg("save: lo_create", e))?;
-                let put = tx
-                    .prepare_cached("SELECT lo_put($1, $2, $3)")
+                let put = db
+                    .prepare("SELECT lo_put($1, $2, $3)")
                     .await
                     .map_err(|e| pg("save: prepare", e))?;
                 let tx_ref = &tx;
@@ -401,9 +526,8 @@ impl PgCheckpointStore {
             .map_err(|e| CheckpointError::backend("save: encoder task", e))?
             .ok_or_else(|| definite("save: encoder did not finish"))?;
         let p = SaveParams::new(lease, checkpoint, &manifest)?;
-        let keep_others = self.keep_others();
-        let finish = tx
-            .prepare_cached(&self.sql().finish_large)
+        let finish = db
+            .prepare(&self.sql().finish_large)
             .await
             .map_err(|e| pg("save: prepare", e))?;
         let r = tx
@@ -435,7 +559,6 @@ impl PgCheckpointStore {
                 "save: {inserted} metadata rows inserted and {bumped} lease rows updated, expected 1 each"
             )));
         }
-        tx.commit().await.map_err(|e| pg("save: commit", e))?;
         Ok(p.meta(
             checkpoint,
             StorageKind::Chunked {
@@ -860,8 +983,14 @@ impl CheckpointStore for PgCheckpointStore {
             ChunkedEncoder::new(checkpoint, &config.encode, usize::MAX).map_err(rejected)?;
         let mut client = self.client().await?;
         let result = if encoder.uncompressed_len() <= config.inline_threshold as u64 {
-            self.save_inline(&mut client, lease, checkpoint, encoder)
-                .await
+            self.save_inline(
+                Db::pooled(&client),
+                lease,
+                checkpoint,
+                encoder,
+                self.keep_others(),
+            )
+            .await
         } else {
             let chunk_size = match config.large_layout {
                 LargeLayout::ChunkRows => config.row_chunk_size,

@@ -9,6 +9,7 @@ use checkpoint_api::{
     Checkpoint, CheckpointError, CheckpointId, CheckpointMeta, CheckpointStore, Lease,
     OperatorState, ProtocolOptions, Regression, SnapshotProgress, SourcePosition, Timestamp,
 };
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::{is_fatal, CheckpointOptions, CheckpointStats};
@@ -18,6 +19,42 @@ use crate::operators::Operator;
 struct Prepared {
     checkpoint: Checkpoint,
     needs_ack: Lsn,
+}
+
+/// A checkpoint that a sink commits in the same transaction as its writes
+/// (see [`Sink::commit_checkpoint`](crate::sinks::Sink::commit_checkpoint)).
+/// It travels to every sink in the batch stream, right after the events it
+/// covers. Every other sink flushes when it gets there and says so on
+/// `peers_flushed`; the committing sink waits for all of them, then commits
+/// and answers on `reply`.
+pub(crate) struct InSinkSave {
+    pub(crate) checkpoint: Checkpoint,
+    pub(crate) needs_ack: Lsn,
+    pub(crate) lease: Lease,
+    pub(crate) keep: usize,
+    /// One permit per other sink that flushed everything before it.
+    pub(crate) peers_flushed: tokio::sync::Semaphore,
+    reply: std::sync::Mutex<Option<oneshot::Sender<Result<CheckpointMeta, CheckpointError>>>>,
+}
+
+impl std::fmt::Debug for InSinkSave {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InSinkSave")
+            .field("id", &self.checkpoint.id)
+            .field("position", &self.checkpoint.source.commit_end_lsn)
+            .field("needs_ack", &self.needs_ack)
+            .finish_non_exhaustive()
+    }
+}
+
+impl InSinkSave {
+    /// Reports the outcome to the coordinator (once; later calls do nothing).
+    pub(crate) fn answer(&self, result: Result<CheckpointMeta, CheckpointError>) {
+        let sender = self.reply.lock().map(|mut r| r.take()).unwrap_or(None);
+        if let Some(sender) = sender {
+            let _ = sender.send(result);
+        }
+    }
 }
 
 /// The checkpoint state machine of one pipeline run.
@@ -41,6 +78,9 @@ pub(crate) struct Coordinator {
     /// Snapshot progress the next capture records (carried over from the
     /// resumed checkpoint until the pipeline sets it).
     snapshot: Option<SnapshotProgress>,
+    /// Checkpoints are committed by a sink, in its own transaction, instead
+    /// of saved through the store.
+    in_sink: bool,
 }
 
 impl Coordinator {
@@ -65,8 +105,20 @@ impl Coordinator {
             saving: None,
             stats: CheckpointStats::default(),
             snapshot: opts.resume.as_ref().and_then(|c| c.snapshot.clone()),
+            in_sink: false,
             opts,
         }
+    }
+
+    /// Hands every checkpoint to a sink that commits it with its writes:
+    /// [`capture`](Self::capture) then returns it for the pipeline to send
+    /// down the batch stream, and nothing is saved through the store.
+    pub(crate) fn commit_in_sink(&mut self) {
+        self.in_sink = true;
+    }
+
+    pub(crate) fn commits_in_sink(&self) -> bool {
+        self.in_sink
     }
 
     /// The initial snapshot's progress, recorded by the next capture.
@@ -136,12 +188,16 @@ impl Coordinator {
     /// Captures a checkpoint at `position` (a transaction boundary) holding
     /// every operator's committed state; it is saved once the sinks have
     /// flushed `needs_ack`.
+    ///
+    /// When a sink commits checkpoints ([`commit_in_sink`](Self::commit_in_sink)),
+    /// the checkpoint is returned instead, to be sent to that sink after the
+    /// events before `position`; the save counts as running until it answers.
     pub(crate) fn capture(
         &mut self,
         position: Lsn,
         needs_ack: Lsn,
         operators: &[Box<dyn Operator>],
-    ) -> Result<(), CheckpointError> {
+    ) -> Result<Option<Arc<InSinkSave>>, CheckpointError> {
         self.due = false;
         self.last_taken = Instant::now();
         self.bytes_since = 0;
@@ -163,11 +219,30 @@ impl Coordinator {
         checkpoint.snapshot = self.snapshot.clone();
         checkpoint.config_fingerprint = self.opts.config_fingerprint.clone();
         self.next_id = self.next_id.next().unwrap_or(self.next_id);
+        if self.in_sink {
+            let (reply, answer) = oneshot::channel();
+            self.saving = Some(tokio::spawn(async move {
+                answer.await.unwrap_or_else(|_| {
+                    Err(CheckpointError::Unavailable {
+                        message: "the sink committing checkpoints stopped before answering".into(),
+                        source: None,
+                    })
+                })
+            }));
+            return Ok(Some(Arc::new(InSinkSave {
+                checkpoint,
+                needs_ack,
+                lease: self.lease.clone(),
+                keep: self.opts.keep,
+                peers_flushed: tokio::sync::Semaphore::new(0),
+                reply: std::sync::Mutex::new(Some(reply)),
+            })));
+        }
         self.prepared = Some(Prepared {
             checkpoint,
             needs_ack,
         });
-        Ok(())
+        Ok(None)
     }
 
     /// Starts saving the captured checkpoint once every sink acknowledged
@@ -270,6 +345,12 @@ impl Coordinator {
             self.saved().await?;
         }
         self.prepared = None;
+        if self.in_sink {
+            // Only the sink may commit a checkpoint: its writes since the
+            // last one are rolled back with it. The pipeline sent the final
+            // checkpoint to the sink before closing it.
+            return Ok(());
+        }
         let Some(position) = position else {
             return Ok(());
         };
@@ -279,6 +360,27 @@ impl Coordinator {
         self.capture(position, Lsn::INVALID, operators)?;
         self.poll_acks(Lsn::INVALID);
         self.saved().await
+    }
+
+    /// Shutdown with a sink committing checkpoints: waits for a running
+    /// save, then captures the final checkpoint at `position` for the
+    /// pipeline to send to that sink (`None` when nothing moved since the
+    /// last one).
+    pub(crate) async fn capture_final_in_sink(
+        &mut self,
+        position: Option<Lsn>,
+        operators: &[Box<dyn Operator>],
+    ) -> Result<Option<Arc<InSinkSave>>, CheckpointError> {
+        if self.saving.is_some() {
+            self.saved().await?;
+        }
+        let Some(position) = position else {
+            return Ok(None);
+        };
+        if position.is_invalid() || position <= self.stats.last_lsn && self.stats.saved > 0 {
+            return Ok(None);
+        }
+        self.capture(position, position, operators)
     }
 }
 
@@ -317,7 +419,7 @@ mod tests {
     async fn take(c: &mut Coordinator, at: u64, ops: &[Box<dyn Operator>]) {
         c.tick();
         assert!(c.wants_capture());
-        c.capture(lsn(at), lsn(at), ops).unwrap();
+        assert!(c.capture(lsn(at), lsn(at), ops).unwrap().is_none());
         c.poll_acks(lsn(at));
         c.saved().await.unwrap();
     }
@@ -393,6 +495,52 @@ mod tests {
         let err = c.saved().await.unwrap_err();
         assert!(matches!(err, CheckpointError::Fenced { .. }), "{err}");
         assert_eq!(c.confirmable(), lsn(100));
+    }
+
+    #[tokio::test]
+    async fn a_sink_commits_the_checkpoint_and_the_store_is_not_used() {
+        let store = Arc::new(MemoryStore::new());
+        let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::Newest).await;
+        c.commit_in_sink();
+        c.tick();
+        let save = c
+            .capture(lsn(100), lsn(90), &[])
+            .unwrap()
+            .expect("for the sink");
+        assert_eq!(save.needs_ack, lsn(90));
+        assert!(
+            c.is_saving() && !c.wants_capture(),
+            "one checkpoint at a time"
+        );
+        c.poll_acks(lsn(100));
+        // The sink commits it (here: straight into the store) and answers.
+        let meta = store.save(&save.lease, &save.checkpoint).await.unwrap();
+        save.answer(Ok(meta));
+        c.saved().await.unwrap();
+        assert_eq!(c.confirmable(), lsn(100));
+        assert_eq!(store.list(&job).await.unwrap().len(), 1);
+
+        // A sink that stops without answering: a failed checkpoint, slot stays.
+        c.tick();
+        let save = c
+            .capture(lsn(200), lsn(200), &[])
+            .unwrap()
+            .expect("for the sink");
+        drop(save);
+        c.saved().await.unwrap();
+        assert_eq!(c.stats().failed, 1);
+        assert_eq!(c.confirmable(), lsn(100));
+
+        // Shutdown never saves behind the sink's back (its writes would be
+        // rolled back while the checkpoint claims them).
+        c.finish_final(Some(lsn(300)), &[]).await.unwrap();
+        assert_eq!(store.list(&job).await.unwrap().len(), 1);
+        let last = c
+            .capture_final_in_sink(Some(lsn(300)), &[])
+            .await
+            .unwrap()
+            .expect("the final checkpoint goes to the sink");
+        assert_eq!(last.checkpoint.source.commit_end_lsn, lsn(300));
     }
 
     #[tokio::test]

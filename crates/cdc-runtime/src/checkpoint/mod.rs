@@ -43,7 +43,7 @@ use checkpoint_api::{
     Checkpoint, CheckpointError, CheckpointId, CheckpointMeta, CheckpointStore, Lease,
 };
 
-pub(crate) use coordinator::Coordinator;
+pub(crate) use coordinator::{Coordinator, InSinkSave};
 pub use recovery::{recover, slot_state, Recovered, RecoveryError, RecoveryOptions, SlotState};
 
 /// The default interval between checkpoints (30 s).

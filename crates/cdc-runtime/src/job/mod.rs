@@ -153,9 +153,18 @@ pub async fn run(
         return Ok(Progress::default());
     }
 
-    let mut sinks = Vec::with_capacity(config.sinks.len());
+    let mut sinks: Vec<Box<dyn crate::sinks::Sink>> = Vec::with_capacity(config.sinks.len());
     for s in &config.sinks {
-        sinks.push(open_sink(s, &source.slot).await.map_err(JobError::Sink)?);
+        // One sink at most commits the checkpoints with its writes.
+        let store = match sinks.iter().any(|s| s.commits_checkpoints()) {
+            true => None,
+            false => checkpointing.as_ref().map(|c| &c.0),
+        };
+        sinks.push(
+            open_sink(s, &source.slot, store)
+                .await
+                .map_err(JobError::Sink)?,
+        );
     }
     let operators = config
         .operators

@@ -83,7 +83,7 @@ use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 
-use crate::checkpoint::{CheckpointOptions, CheckpointStats, Coordinator};
+use crate::checkpoint::{CheckpointOptions, CheckpointStats, Coordinator, InSinkSave};
 use crate::event::{ChangeEvent, EventConverter};
 use crate::operators::Operator;
 use crate::replication::{
@@ -93,7 +93,7 @@ use crate::sinks::{Sink, SinkError};
 use crate::snapshot::{FromFallback, Snapshot, SnapshotPlan, SnapshotState, WATERMARK_PREFIX};
 
 pub use error::PipelineError;
-use sink_task::{run_sink, Batch};
+use sink_task::{run_committing_sink, run_sink, Batch};
 pub use spill::SpillError;
 use spill::Spiller;
 
@@ -331,6 +331,42 @@ impl Shared {
         Ok(())
     }
 
+    /// Shutdown with a sink that commits checkpoints: the final checkpoint
+    /// goes to it while the sinks still run (closing it would roll back
+    /// what no checkpoint covers).
+    async fn final_checkpoint_in_sink(
+        &mut self,
+        position: Option<Lsn>,
+        operators: &[Box<dyn Operator>],
+    ) -> Result<(), PipelineError> {
+        let Some(c) = self.coordinator.as_mut().filter(|c| c.commits_in_sink()) else {
+            return Ok(());
+        };
+        let Some(save) = c
+            .capture_final_in_sink(position, operators)
+            .await
+            .map_err(PipelineError::Checkpoint)?
+        else {
+            return Ok(());
+        };
+        tracing::debug!(checkpoint = %save.checkpoint.id, position = %save.checkpoint.source.commit_end_lsn, "final checkpoint goes to the committing sink");
+        let batch = Arc::new(Batch {
+            events: Vec::new(),
+            commit_end: None,
+            checkpoint: Some((0, save)),
+        });
+        for tx in &self.senders {
+            if tx.send(batch.clone()).await.is_err() {
+                return Err(self.first_sink_error().await);
+            }
+        }
+        let saved = match self.coordinator.as_mut() {
+            Some(c) => c.saved().await,
+            None => Ok(()),
+        };
+        saved.map_err(PipelineError::Checkpoint)
+    }
+
     /// The error of the first sink task that ended.
     async fn first_sink_error(&mut self) -> PipelineError {
         match self.tasks.join_next().await {
@@ -359,11 +395,21 @@ struct Pending {
     /// How many of `events` belong to committed transactions (or are
     /// non-transactional messages); the rest belong to the open one.
     committed: usize,
+    /// A checkpoint for the sink that commits checkpoints, taken after the
+    /// first `.0` events.
+    checkpoint: Option<(usize, Arc<InSinkSave>)>,
 }
 
 impl Pending {
     fn is_empty(&self) -> bool {
-        self.events.is_empty() && self.commit_end.is_none()
+        self.events.is_empty() && self.commit_end.is_none() && self.checkpoint.is_none()
+    }
+
+    /// Sends `save` (if any) after the events pending now.
+    fn checkpoint_here(&mut self, save: Option<Arc<InSinkSave>>) {
+        if let Some(save) = save {
+            self.checkpoint = Some((self.events.len(), save));
+        }
     }
 }
 
@@ -471,12 +517,22 @@ impl Pipeline {
             snapshot: snapshot_state,
             progress,
         };
-        for sink in sinks {
+        let committing = committing_sink(&sinks, shared.coordinator.is_some())?;
+        if let (Some(_), Some(c)) = (committing, shared.coordinator.as_mut()) {
+            c.commit_in_sink();
+        }
+        let peers = u32::try_from(sinks.len().saturating_sub(1)).unwrap_or(u32::MAX);
+        for (i, sink) in sinks.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel(options.channel_capacity.max(1));
             let (ack_tx, ack_rx) = watch::channel(Lsn::INVALID);
-            shared
-                .tasks
-                .spawn(run_sink(sink, rx, ack_tx, shared.acked.clone()));
+            let acked = shared.acked.clone();
+            if committing == Some(i) {
+                shared
+                    .tasks
+                    .spawn(run_committing_sink(sink, rx, ack_tx, acked, peers));
+            } else {
+                shared.tasks.spawn(run_sink(sink, rx, ack_tx, acked));
+            }
             shared.senders.push(tx);
             shared.acks.push(ack_rx);
         }
@@ -544,6 +600,14 @@ impl Pipeline {
         let operators = std::mem::take(&mut source.operators);
         let snapshot_progress = source.snapshot.as_ref().map(Snapshot::progress);
         drop(source);
+        if let Some(c) = shared.coordinator.as_mut() {
+            if let Some(p) = snapshot_progress.clone() {
+                c.set_snapshot(p);
+            }
+        }
+        shared
+            .final_checkpoint_in_sink(final_position, &operators)
+            .await?;
         // Shutdown: close the channels, let every sink drain, flush and close.
         shared.senders.clear();
         while let Some(joined) = shared.tasks.join_next().await {
@@ -1029,9 +1093,10 @@ impl Source<'_> {
                     if let Some(s) = &self.snapshot {
                         coord.set_snapshot(s.progress());
                     }
-                    coord
+                    let save = coord
                         .capture(c.end_lsn, c.end_lsn, &self.operators)
                         .map_err(PipelineError::Checkpoint)?;
+                    self.pending.checkpoint_here(save);
                 }
             }
         }
@@ -1059,9 +1124,10 @@ impl Source<'_> {
                 if let Some(s) = &self.snapshot {
                     coord.set_snapshot(s.progress());
                 }
-                coord
+                let save = coord
                     .capture(position, self.processed, &self.operators)
                     .map_err(PipelineError::Checkpoint)?;
+                self.pending.checkpoint_here(save);
             }
         }
         Ok(())
@@ -1134,6 +1200,7 @@ impl Source<'_> {
         let batch = Arc::new(Batch {
             events: pending.events,
             commit_end: pending.commit_end,
+            checkpoint: pending.checkpoint,
         });
         // Events of a transaction not yet committed carry on into the next
         // batch; the next commit marks its own end.
@@ -1160,6 +1227,32 @@ impl Source<'_> {
     }
 }
 
+/// Which sink commits checkpoints with its writes, if any: at most one may,
+/// and only when the pipeline takes checkpoints (otherwise its writes would
+/// never commit).
+fn committing_sink(
+    sinks: &[Box<dyn Sink>],
+    checkpoints: bool,
+) -> Result<Option<usize>, PipelineError> {
+    let mut committing = sinks
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.commits_checkpoints())
+        .map(|(i, _)| i);
+    let first = committing.next();
+    if committing.next().is_some() {
+        return Err(PipelineError::Sink(SinkError::NotCommitting(
+            "only one sink can commit the checkpoints".into(),
+        )));
+    }
+    if first.is_some() && !checkpoints {
+        return Err(PipelineError::Sink(SinkError::NotCommitting(
+            "the pipeline takes no checkpoints, so the sink's writes would never commit".into(),
+        )));
+    }
+    Ok(first)
+}
+
 /// Waits for a snapshot reader to fail (pending without a snapshot).
 async fn snapshot_failed(snapshot: &mut Option<Snapshot>) -> crate::snapshot::SnapshotError {
     match snapshot.as_mut() {
@@ -1181,6 +1274,41 @@ async fn checkpoint_saved(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sinks::NullSink;
+
+    /// A sink that claims to commit checkpoints (nothing else is used here).
+    struct Committing;
+
+    #[async_trait::async_trait]
+    impl Sink for Committing {
+        async fn write(&mut self, _: &[ChangeEvent]) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn flush(&mut self) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn close(&mut self) -> Result<(), SinkError> {
+            Ok(())
+        }
+        fn commits_checkpoints(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn at_most_one_sink_commits_checkpoints_and_only_with_checkpoints() {
+        let null = || Box::new(NullSink::new()) as Box<dyn Sink>;
+        let committing = || Box::new(Committing) as Box<dyn Sink>;
+        assert_eq!(committing_sink(&[null(), null()], true).unwrap(), None);
+        assert_eq!(
+            committing_sink(&[null(), committing()], true).unwrap(),
+            Some(1)
+        );
+        let two = committing_sink(&[committing(), committing()], true).unwrap_err();
+        assert!(two.to_string().contains("only one sink"), "{two}");
+        let without = committing_sink(&[committing()], false).unwrap_err();
+        assert!(without.to_string().contains("never commit"), "{without}");
+    }
 
     #[test]
     fn backoff_grows_exponentially_with_jitter_and_a_cap() {

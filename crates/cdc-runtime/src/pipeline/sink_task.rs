@@ -6,6 +6,7 @@ use std::time::Duration;
 use cdc_core::Lsn;
 use tokio::sync::{mpsc, watch, Notify};
 
+use crate::checkpoint::InSinkSave;
 use crate::event::ChangeEvent;
 use crate::sinks::{Sink, SinkError};
 
@@ -26,6 +27,9 @@ pub(crate) struct Batch {
     /// The end LSN of the last transaction whose events are all in this or
     /// earlier batches, if a commit was seen since the previous batch.
     pub(crate) commit_end: Option<Lsn>,
+    /// A checkpoint for the sink that commits checkpoints, taken after the
+    /// first `.0` events (the others ignore it).
+    pub(crate) checkpoint: Option<(usize, Arc<InSinkSave>)>,
 }
 
 /// Writes batches to `sink` in order and acknowledges on `ack` (waking
@@ -90,6 +94,21 @@ pub(crate) async fn run_sink(
         if let Some(end) = batch.commit_end {
             written = written.max(end);
         }
+        if let Some((_, save)) = &batch.checkpoint {
+            // Another sink commits this checkpoint: everything before it
+            // must be durable here first.
+            if dirty {
+                sink.flush().await?;
+                dirty = false;
+            }
+            save.peers_flushed.add_permits(1);
+            tracing::debug!(checkpoint = %save.checkpoint.id, "sink flushed for a checkpoint another sink commits");
+            publish(written);
+            published = written;
+            deadline = None;
+            since_commit = 0;
+            continue;
+        }
         if written > published {
             since_commit += 1;
             let at = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + FLUSH_DELAY);
@@ -109,4 +128,67 @@ pub(crate) async fn run_sink(
     sink.close().await?;
     publish(written);
     Ok(())
+}
+
+/// Like [`run_sink`], for the sink that commits checkpoints in the same
+/// transaction as its writes. It never flushes on its own: what it wrote
+/// becomes durable only with a checkpoint. At a checkpoint in the batch
+/// stream it writes the events before it, waits until each of the `peers`
+/// other sinks flushed everything before it, commits the checkpoint with its
+/// writes, answers the coordinator and acknowledges the position.
+/// A failed commit ends the task with an error: the sink's writes since the
+/// last checkpoint were rolled back, so the job must resume from it.
+pub(crate) async fn run_committing_sink(
+    mut sink: Box<dyn Sink>,
+    mut rx: mpsc::Receiver<Arc<Batch>>,
+    ack: watch::Sender<Lsn>,
+    acked: Arc<Notify>,
+    peers: u32,
+) -> Result<(), SinkError> {
+    while let Some(batch) = rx.recv().await {
+        let Some((at, save)) = &batch.checkpoint else {
+            if !batch.events.is_empty() {
+                sink.write(&batch.events).await?;
+            }
+            continue;
+        };
+        let (before, after) = batch.events.split_at((*at).min(batch.events.len()));
+        if !before.is_empty() {
+            sink.write(before).await?;
+        }
+        tracing::debug!(checkpoint = %save.checkpoint.id, peers, "checkpoint reached the committing sink; waiting for the other sinks to flush");
+        // Never closed: a sink that fails first ends the pipeline, which
+        // stops this task.
+        if let Ok(permits) = save.peers_flushed.acquire_many(peers).await {
+            permits.forget();
+        }
+        match sink
+            .commit_checkpoint(&save.checkpoint, &save.lease, save.keep)
+            .await
+        {
+            Ok(meta) => {
+                save.answer(Ok(meta));
+                let moved = ack.send_if_modified(|cur| {
+                    let moved = save.needs_ack > *cur;
+                    if moved {
+                        *cur = save.needs_ack;
+                    }
+                    moved
+                });
+                if moved {
+                    acked.notify_one();
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                save.answer(Err(e));
+                return Err(SinkError::Checkpoint(message));
+            }
+        }
+        if !after.is_empty() {
+            sink.write(after).await?;
+        }
+    }
+    // Anything written after the last checkpoint is rolled back here.
+    sink.close().await
 }

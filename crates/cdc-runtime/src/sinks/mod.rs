@@ -40,6 +40,8 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use checkpoint_api::{Checkpoint, CheckpointError, CheckpointMeta, Lease};
+
 use crate::event::ChangeEvent;
 
 pub use file::{FileSink, FileSinkOptions};
@@ -48,10 +50,14 @@ pub use null::NullSink;
 pub use postgres::{PgTableSink, PgTableSinkOptions, TableName};
 
 /// Opens the sink a `[[sinks]]` entry describes (`default_name`: the name
-/// of an exactly-once PostgreSQL sink's progress row when none is configured).
+/// of an exactly-once PostgreSQL sink's progress row when none is
+/// configured). With `checkpoints`, the job's checkpoint store, an
+/// exactly-once PostgreSQL sink whose target is the store's database commits
+/// the checkpoints with its writes (unless configured not to).
 pub async fn open_sink(
     config: &crate::config::SinkConfig,
     default_name: &str,
+    checkpoints: Option<&checkpoint_pg::PgCheckpointStore>,
 ) -> Result<Box<dyn Sink>, String> {
     Ok(match config {
         crate::config::SinkConfig::Stdout { format } => Box::new(JsonLinesSink::stdout(
@@ -77,6 +83,7 @@ pub async fn open_sink(
             exactly_once,
             name,
             tables,
+            commit_with_checkpoint,
         } => {
             let mut options = PgTableSinkOptions::default();
             for (source, target) in tables {
@@ -91,14 +98,51 @@ pub async fn open_sink(
                 options =
                     options.exactly_once(name.clone().unwrap_or_else(|| default_name.to_owned()));
             }
-            Box::new(
-                PgTableSink::connect(url.expose(), options)
-                    .await
-                    .map_err(|e| format!("postgres sink: {e}"))?,
+            let mut sink = PgTableSink::connect(url.expose(), options)
+                .await
+                .map_err(|e| format!("postgres sink: {e}"))?;
+            bind_checkpoints(
+                &mut sink,
+                *exactly_once,
+                *commit_with_checkpoint,
+                checkpoints,
             )
+            .await
+            .map_err(|e| format!("postgres sink: {e}"))?;
+            Box::new(sink)
         }
         crate::config::SinkConfig::Null => Box::new(NullSink::new()),
     })
+}
+
+/// Lets `sink` commit the checkpoints with its writes when it can and is
+/// allowed to (see `commit_with_checkpoint` in the configuration).
+async fn bind_checkpoints(
+    sink: &mut PgTableSink,
+    exactly_once: bool,
+    wanted: Option<bool>,
+    store: Option<&checkpoint_pg::PgCheckpointStore>,
+) -> Result<(), SinkError> {
+    let (true, Some(store), true) = (exactly_once, store, wanted != Some(false)) else {
+        if wanted == Some(true) {
+            return Err(SinkError::NotCommitting(
+                "commit_with_checkpoint needs exactly_once = true and a [checkpoint] section"
+                    .into(),
+            ));
+        }
+        return Ok(());
+    };
+    if wanted.is_none() && !sink.same_database(store).await? {
+        tracing::info!(
+            "postgres sink: the checkpoint store is in another database; writes commit batch by batch, made exactly-once by the sink's progress row"
+        );
+        return Ok(());
+    }
+    sink.commit_with_checkpoints(store.clone()).await?;
+    tracing::info!(
+        "postgres sink: the checkpoint store is in the target database; the sink's writes and each checkpoint commit in one transaction"
+    );
+    Ok(())
 }
 
 /// A destination for change events. See the [module docs](self) for the contract.
@@ -112,6 +156,32 @@ pub trait Sink: Send {
 
     /// Flushes and releases the sink.
     async fn close(&mut self) -> Result<(), SinkError>;
+
+    /// Whether this sink commits checkpoints in the same transaction as its
+    /// writes ([`commit_checkpoint`](Self::commit_checkpoint)). A pipeline
+    /// with checkpoints then hands every checkpoint to it instead of saving
+    /// through the store; its writes become durable only with a checkpoint,
+    /// and [`close`](Self::close) discards what no checkpoint covers.
+    fn commits_checkpoints(&self) -> bool {
+        false
+    }
+
+    /// Commits `checkpoint` (retaining the newest `keep`) together with
+    /// everything written since the last one, in one transaction: both or
+    /// neither. On an error both are rolled back. Only called when
+    /// [`commits_checkpoints`](Self::commits_checkpoints) is true.
+    async fn commit_checkpoint(
+        &mut self,
+        checkpoint: &Checkpoint,
+        lease: &Lease,
+        keep: usize,
+    ) -> Result<CheckpointMeta, CheckpointError> {
+        let _ = (checkpoint, lease, keep);
+        Err(CheckpointError::Backend {
+            message: "this sink does not commit checkpoints".into(),
+            source: None,
+        })
+    }
 }
 
 #[async_trait::async_trait]
@@ -124,6 +194,17 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     }
     async fn close(&mut self) -> Result<(), SinkError> {
         (**self).close().await
+    }
+    fn commits_checkpoints(&self) -> bool {
+        (**self).commits_checkpoints()
+    }
+    async fn commit_checkpoint(
+        &mut self,
+        checkpoint: &Checkpoint,
+        lease: &Lease,
+        keep: usize,
+    ) -> Result<CheckpointMeta, CheckpointError> {
+        (**self).commit_checkpoint(checkpoint, lease, keep).await
     }
 }
 
@@ -172,6 +253,13 @@ pub enum SinkError {
     /// The sink was closed.
     #[error("the sink is closed")]
     Closed,
+    /// A checkpoint could not be committed with the sink's writes; both
+    /// were rolled back, so the job must resume from the previous checkpoint.
+    #[error("committing a checkpoint with the writes since the last one: {0}")]
+    Checkpoint(String),
+    /// The sink cannot commit checkpoints with its writes.
+    #[error("cannot commit checkpoints with the sink's writes: {0}")]
+    NotCommitting(String),
     /// The target connection string cannot be used.
     #[error("target connection settings: {0}")]
     Config(#[from] crate::replication::ConfigError),

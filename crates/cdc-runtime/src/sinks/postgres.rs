@@ -9,6 +9,9 @@ use cdc_core::{Array, Lsn, Value};
 use tokio_postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
 use tokio_postgres::{Client, Statement};
 
+use checkpoint_api::{Checkpoint, CheckpointError, CheckpointMeta, Lease};
+use checkpoint_pg::PgCheckpointStore;
+
 use crate::event::{ChangeEvent, Operation, TableSchema};
 use crate::replication::ReplicationConfig;
 use crate::tls_connect::PgClientSettings;
@@ -106,6 +109,12 @@ pub struct PgTableSink {
     /// With exactly-once: the last `(commit LSN, index)` applied, once loaded
     /// (`Some(None)`: nothing applied yet).
     applied: Option<Option<(Lsn, u32)>>,
+    /// The checkpoint store in the target database, when checkpoints are
+    /// committed together with the writes.
+    checkpoints: Option<PgCheckpointStore>,
+    /// With `checkpoints`: a transaction is open, holding the writes since
+    /// the last checkpoint.
+    open: bool,
 }
 
 const PROGRESS_DDL: &str = "CREATE SCHEMA IF NOT EXISTS pgcdc; \
@@ -135,7 +144,58 @@ impl PgTableSink {
             statements: HashMap::new(),
             target_keys: HashMap::new(),
             applied: None,
+            checkpoints: None,
+            open: false,
         }
+    }
+
+    /// Commits checkpoints together with the writes from now on: the sink
+    /// keeps one transaction open from one checkpoint to the next, and
+    /// [`Sink::commit_checkpoint`] writes the checkpoint into `store` inside
+    /// it and commits both. Delivery is then exactly once, and the target
+    /// shows the changes of a checkpoint all at once, when it commits.
+    ///
+    /// Refused unless the sink is exactly-once (its progress row also makes
+    /// replays from older checkpoints safe) and `store` keeps its tables in
+    /// the target database.
+    pub async fn commit_with_checkpoints(
+        &mut self,
+        store: PgCheckpointStore,
+    ) -> Result<(), SinkError> {
+        if self.options.progress.is_none() {
+            return Err(SinkError::NotCommitting(
+                "the sink is not exactly-once (set exactly_once = true)".into(),
+            ));
+        }
+        if !self.same_database(&store).await? {
+            return Err(SinkError::NotCommitting(
+                "the checkpoint store is in another database than the sink's target".into(),
+            ));
+        }
+        self.checkpoints = Some(store);
+        Ok(())
+    }
+
+    /// Whether `store` keeps its tables in this sink's target database.
+    pub async fn same_database(&self, store: &PgCheckpointStore) -> Result<bool, SinkError> {
+        let client = self.client.as_ref().ok_or(SinkError::Closed)?;
+        let mine = checkpoint_pg::database_identity(client).await?;
+        let theirs = store
+            .database_identity()
+            .await
+            .map_err(|e| SinkError::NotCommitting(e.to_string()))?;
+        Ok(mine == theirs)
+    }
+
+    /// After a failed statement: the open transaction is gone, and so is
+    /// the progress it recorded.
+    async fn abandon(&mut self) {
+        if std::mem::take(&mut self.open) {
+            if let Some(client) = self.client.as_ref() {
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
+        }
+        self.applied = None;
     }
 
     /// With exactly-once, the position recorded by earlier writes (loaded
@@ -429,30 +489,11 @@ impl Sink for PgTableSink {
         if ops.is_empty() {
             return Ok(());
         }
-        let client = self.client.as_mut().ok_or(SinkError::Closed)?;
-        let tx = client.transaction().await?;
-        for (sql, _) in &ops {
-            if !self.statements.contains_key(sql) {
-                let stmt = tx.prepare(sql).await?;
-                self.statements.insert(sql.clone(), stmt);
-            }
+        let applied = self.execute(&ops).await;
+        if let Err(e) = applied {
+            self.abandon().await;
+            return Err(e);
         }
-        let mut calls = Vec::with_capacity(ops.len());
-        for (sql, params) in &ops {
-            let stmt = self
-                .statements
-                .get(sql)
-                .ok_or(SinkError::Malformed("statement not prepared"))?;
-            let refs: Vec<&(dyn ToSql + Sync)> =
-                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-            calls.push((stmt, refs));
-        }
-        // tokio-postgres pipelines requests polled together; they run in order.
-        futures_util::future::try_join_all(
-            calls.iter().map(|(stmt, refs)| tx.execute(*stmt, refs)),
-        )
-        .await?;
-        tx.commit().await?;
         if self.options.progress.is_some() && last.is_some() {
             self.applied = Some(last);
         }
@@ -467,10 +508,104 @@ impl Sink for PgTableSink {
     }
 
     async fn close(&mut self) -> Result<(), SinkError> {
+        if self.open {
+            tracing::info!(
+                "postgres sink: rolling back the writes no checkpoint covers; they are replayed from the last checkpoint"
+            );
+            self.abandon().await;
+        }
         self.client = None;
         self.statements.clear();
         self.target_keys.clear();
         self.applied = None;
+        Ok(())
+    }
+
+    fn commits_checkpoints(&self) -> bool {
+        self.checkpoints.is_some()
+    }
+
+    async fn commit_checkpoint(
+        &mut self,
+        checkpoint: &Checkpoint,
+        lease: &Lease,
+        keep: usize,
+    ) -> Result<CheckpointMeta, CheckpointError> {
+        let result = self.save_and_commit(checkpoint, lease, keep).await;
+        if result.is_err() {
+            // Whatever failed, the writes since the last checkpoint are gone
+            // with the checkpoint (a failed COMMIT rolls back too).
+            self.open = true;
+            self.abandon().await;
+        }
+        result
+    }
+}
+
+impl PgTableSink {
+    /// [`Sink::commit_checkpoint`] without the clean-up after an error.
+    async fn save_and_commit(
+        &mut self,
+        checkpoint: &Checkpoint,
+        lease: &Lease,
+        keep: usize,
+    ) -> Result<CheckpointMeta, CheckpointError> {
+        let (Some(store), Some(client)) = (self.checkpoints.as_ref(), self.client.as_ref()) else {
+            return Err(CheckpointError::Backend {
+                message: "the postgres sink is closed or does not commit checkpoints".into(),
+                source: None,
+            });
+        };
+        if !self.open {
+            client
+                .batch_execute("BEGIN")
+                .await
+                .map_err(|e| CheckpointError::unavailable("begin", e))?;
+            self.open = true;
+        }
+        let meta = store.save_in(client, lease, checkpoint, keep).await?;
+        self.open = false;
+        client
+            .batch_execute("COMMIT")
+            .await
+            .map_err(|e| CheckpointError::unavailable("commit", e))?;
+        Ok(meta)
+    }
+
+    /// Runs `ops` in order, pipelined: in a transaction of their own, or
+    /// when checkpoints are committed with the writes, in the open one.
+    async fn execute(&mut self, ops: &[(String, Vec<TextParam>)]) -> Result<(), SinkError> {
+        let client = self.client.as_ref().ok_or(SinkError::Closed)?;
+        let own_transaction = self.checkpoints.is_none();
+        if own_transaction || !self.open {
+            client.batch_execute("BEGIN").await?;
+            self.open = true;
+        }
+        for (sql, _) in ops {
+            if !self.statements.contains_key(sql) {
+                let stmt = client.prepare(sql).await?;
+                self.statements.insert(sql.clone(), stmt);
+            }
+        }
+        let mut calls = Vec::with_capacity(ops.len());
+        for (sql, params) in ops {
+            let stmt = self
+                .statements
+                .get(sql)
+                .ok_or(SinkError::Malformed("statement not prepared"))?;
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+            calls.push((stmt, refs));
+        }
+        // tokio-postgres pipelines requests polled together; they run in order.
+        futures_util::future::try_join_all(
+            calls.iter().map(|(stmt, refs)| client.execute(*stmt, refs)),
+        )
+        .await?;
+        if own_transaction {
+            self.open = false;
+            client.batch_execute("COMMIT").await?;
+        }
         Ok(())
     }
 }
