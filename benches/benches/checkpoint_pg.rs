@@ -16,7 +16,10 @@
 //! `cargo bench -p pgcdc-benches --bench checkpoint_pg`; `PGCDC_BENCH_REPS` (default 3) sets
 //! the repetitions of each big-state measurement (the median is reported);
 //! `PGCDC_BENCH_ONLY=tiny`, `rows` or `lo` runs only the tiny saves, or only the states of
-//! one layout (with the raw bulk baselines).
+//! one layout (with the raw bulk baselines). For each state size, stderr also gets the
+//! client's CPU time (this process, all threads, user + system) and minor page faults per
+//! load and per raw read (medians): the server runs in other processes, so these are what
+//! the store adds on the client.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pgcdc_benches::{median, noise};
@@ -170,12 +173,60 @@ async fn store_for(db: &TestDatabase, layout: LargeLayout, table: &str) -> PgChe
         .unwrap()
 }
 
-/// Median MB/s of the store and of the raw baseline measured beside it.
+/// Median MB/s of the store and of the raw baseline measured beside it, and the client's
+/// CPU and minor page faults per load and per raw read.
 struct Speeds {
     save: f64,
     load: f64,
     raw_write: f64,
     raw_read: f64,
+    load_client: Usage,
+    raw_read_client: Usage,
+}
+
+/// This process's CPU time (user + system, all threads) and minor page faults: the client's
+/// share of a load, the server running in other processes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Usage {
+    cpu: Duration,
+    faults: u64,
+}
+
+impl Usage {
+    fn now() -> Usage {
+        // Field 10 of /proc/self/stat, the seventh after the parenthesised command name.
+        let faults = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| {
+                let rest = s.get(s.rfind(')')? + 1..)?.to_owned();
+                rest.split_whitespace().nth(7)?.parse().ok()
+            })
+            .unwrap_or(0);
+        Usage {
+            cpu: cpu_time::ProcessTime::now().as_duration(),
+            faults,
+        }
+    }
+
+    fn since(start: Usage) -> Usage {
+        let now = Usage::now();
+        Usage {
+            cpu: now.cpu.saturating_sub(start.cpu),
+            faults: now.faults.saturating_sub(start.faults),
+        }
+    }
+
+    /// The median CPU time and the median fault count of `all` (each on its own).
+    fn median(all: &[Usage]) -> Usage {
+        let mut cpu: Vec<Duration> = all.iter().map(|u| u.cpu).collect();
+        let mut faults: Vec<u64> = all.iter().map(|u| u.faults).collect();
+        cpu.sort();
+        faults.sort_unstable();
+        Usage {
+            cpu: cpu.get(cpu.len() / 2).copied().unwrap_or_default(),
+            faults: faults.get(faults.len() / 2).copied().unwrap_or_default(),
+        }
+    }
 }
 
 /// The raw baseline [`big`] measures right after each save and each load of the store, with
@@ -211,6 +262,7 @@ async fn big(
         .await
         .unwrap();
     let (mut s, mut l, mut rw, mut rr) = (vec![], vec![], vec![], vec![]);
+    let (mut lu, mut ru) = (vec![], vec![]);
     for rep in 0..reps as u64 {
         let cp = checkpoint(&job, rep + 1, state.clone());
         let start = Instant::now();
@@ -227,11 +279,14 @@ async fn big(
             }
             Beside::CopyRows => copy_in(client, &state).await,
         });
+        let used = Usage::now();
         let start = Instant::now();
         let back = store.load(&job, cp.id).await.unwrap();
         l.push(mbps(size, start.elapsed()));
+        lu.push(Usage::since(used));
         assert_eq!(back.checkpoint.state_len(), size as u64);
         drop(back);
+        let used = Usage::now();
         rr.push(match beside {
             Beside::OneRow => {
                 let start = Instant::now();
@@ -242,6 +297,7 @@ async fn big(
             }
             Beside::CopyRows => copy_out(client, size).await,
         });
+        ru.push(Usage::since(used));
     }
     client
         .batch_execute("TRUNCATE raw_one, raw_rows")
@@ -252,6 +308,8 @@ async fn big(
         load: median(l),
         raw_write: median(rw),
         raw_read: median(rr),
+        load_client: Usage::median(&lu),
+        raw_read_client: Usage::median(&ru),
     }
 }
 
@@ -400,6 +458,13 @@ async fn run() {
                 sp.load,
                 100.0 * sp.save / sp.raw_write,
                 100.0 * sp.load / sp.raw_read
+            );
+            eprintln!(
+                "  client per load (medians): store {:.0} ms CPU, {} minor faults; raw read {:.0} ms CPU, {} minor faults",
+                ms(sp.load_client.cpu),
+                sp.load_client.faults,
+                ms(sp.raw_read_client.cpu),
+                sp.raw_read_client.faults
             );
         }
     }

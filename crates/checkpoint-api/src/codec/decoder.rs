@@ -1,8 +1,8 @@
 //! [`ChunkedDecoder`]: envelope chunks -> checked blocks -> protobuf -> checkpoint.
 
-use bytes::Bytes;
 use prost::Message;
 
+use super::buffer::OutputBuffer;
 use super::{
     Compression, DecodeError, DecodeOptions, EnvelopeHeader, BLOCK_HEADER_LEN, HEADER_LEN,
     STORED_BIT, TRAILER_LEN, TRAILER_MAGIC,
@@ -38,7 +38,7 @@ pub struct ChunkedDecoder {
     small_len: usize,
     stage: Vec<u8>,
     header: Option<EnvelopeHeader>,
-    out: Vec<u8>,
+    out: OutputBuffer,
     out_pos: usize,
     block_index: u64,
     crc: u32,
@@ -55,7 +55,7 @@ impl ChunkedDecoder {
             small_len: 0,
             stage: Vec::new(),
             header: None,
-            out: Vec::new(),
+            out: OutputBuffer::empty(),
             out_pos: 0,
             block_index: 0,
             crc: 0,
@@ -76,7 +76,7 @@ impl ChunkedDecoder {
         let result = self.push_inner(chunk);
         if result.is_err() {
             self.state = DecodeState::Failed;
-            self.out = Vec::new();
+            self.out = OutputBuffer::empty();
             self.stage = Vec::new();
         }
         result
@@ -89,7 +89,7 @@ impl ChunkedDecoder {
             DecodeState::Failed => return Err(DecodeError::Failed),
             _ => return Err(DecodeError::Truncated),
         }
-        let message = pb::Checkpoint::decode(Bytes::from(self.out))?;
+        let message = pb::Checkpoint::decode(self.out.into_bytes())?;
         Ok(Checkpoint::try_from(message)?)
     }
 
@@ -129,7 +129,7 @@ impl ChunkedDecoder {
                         }
                     })?;
                     self.crc = crc32c::crc32c(&self.small);
-                    self.out = vec![0u8; len];
+                    self.out = OutputBuffer::zeroed(len);
                     self.header = Some(header);
                     self.state = self.after_block();
                 }
@@ -244,7 +244,8 @@ impl ChunkedDecoder {
         if self.deferred.is_some() {
             return;
         }
-        let Some(dst) = self.out.get_mut(start..start + len) else {
+        self.out.prefault(start + len);
+        let Some(dst) = self.out.as_mut_slice().get_mut(start..start + len) else {
             self.deferred = Some(DecodeError::CorruptBlock {
                 index,
                 reason: "block past the declared length",
