@@ -757,8 +757,11 @@ impl Source<'_> {
         let mut paused = false;
         loop {
             // Shipped when the socket runs dry only if a sink could acknowledge
-            // something; events of an open transaction wait for a full batch.
-            let flush_ready = self.pending.commit_end.is_some() || self.pending.committed > 0;
+            // something or a checkpoint waits for the sink that commits it;
+            // events of an open transaction wait for a full batch.
+            let flush_ready = self.pending.commit_end.is_some()
+                || self.pending.committed > 0
+                || self.pending.checkpoint.is_some();
             let saving = shared
                 .coordinator
                 .as_ref()
