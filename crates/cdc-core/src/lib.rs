@@ -64,6 +64,7 @@
 //!   benchmarks and fuzz targets. Not for production use.
 #![forbid(unsafe_code)]
 
+pub mod copy_binary;
 pub mod copy_text;
 #[cfg(any(test, feature = "test-util"))]
 pub mod encode;

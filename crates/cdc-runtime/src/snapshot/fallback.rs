@@ -17,7 +17,8 @@ use futures_util::{pin_mut, TryStreamExt};
 use tokio::sync::mpsc;
 
 use super::catalog::SnapshotTable;
-use super::reader::{connect, decode};
+use super::copy::RowDecoder;
+use super::reader::connect;
 use super::{SnapshotError, WATERMARK_PREFIX};
 use crate::event::RowValues;
 use crate::replication::{ReplicationConfig, ReplicationConnection, SnapshotAction};
@@ -87,21 +88,20 @@ pub(crate) async fn run(
         .await?;
     drop(marker);
     for (i, table) in tables.iter().enumerate() {
-        let mut sql = format!(
-            "COPY (SELECT {} FROM {}",
-            table.select_list(),
-            table.quoted()
-        );
+        let mut query = format!("SELECT {} FROM {}", table.select_list(), table.quoted());
         if let Some(filter) = &table.row_filter {
-            sql.push_str(&format!(" WHERE ({filter})"));
+            query.push_str(&format!(" WHERE ({filter})"));
         }
-        sql.push_str(") TO STDOUT");
-        let stream = client.copy_out(&sql).await?;
+        let mut decoder = RowDecoder::new(table);
+        let stream = client.copy_out(&decoder.copy_statement(&query)).await?;
         pin_mut!(stream);
         let mut batch = Vec::with_capacity(BATCH);
         let mut count = 0u64;
-        while let Some(line) = stream.try_next().await? {
-            batch.push(decode(table, &line)?);
+        while let Some(msg) = stream.try_next().await? {
+            let Some(row) = decoder.decode(&msg)? else {
+                continue;
+            };
+            batch.push(row);
             if batch.len() == BATCH {
                 count += batch.len() as u64;
                 let rows = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
@@ -114,6 +114,7 @@ pub(crate) async fn run(
                 }
             }
         }
+        decoder.finish()?;
         count += batch.len() as u64;
         if !batch.is_empty()
             && tx

@@ -40,6 +40,7 @@
 //! starts over (its rows are delivered again).
 
 mod catalog;
+mod copy;
 mod driver;
 mod fallback;
 mod key;

@@ -9,20 +9,18 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cdc_core::decode_text;
-use cdc_core::Value;
 use futures_util::{pin_mut, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch, Mutex, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 use super::catalog::SnapshotTable;
+use super::copy::RowDecoder;
 use super::merge::ChunkId;
 use super::{SnapshotError, SnapshotOptions, WATERMARK_PREFIX};
 use crate::event::RowValues;
 use crate::tls_connect::PgClientSettings;
-use cdc_core::copy_text::fields;
 
 /// A key range `(lo, hi]` of one table; `None` is unbounded. Keys are the
 /// key columns' text forms.
@@ -231,9 +229,10 @@ pub(crate) fn spawn(
         chunk_size: options.chunk_size.max(1),
         done: done_tables.clone(),
     }));
-    // Two chunks per reader may wait for their high watermark to come
-    // through the stream, so readers rarely wait for the merge.
-    let permits = Arc::new(Semaphore::new(readers * 2));
+    // Per reader: a chunk being read, the next one prepared, and one whose
+    // high watermark is on its way through the stream, so readers rarely
+    // wait for the merge.
+    let permits = Arc::new(Semaphore::new(readers * 3));
     let mut set = JoinSet::new();
     for _ in 0..readers {
         let reader = Reader {
@@ -271,45 +270,52 @@ pub async fn connect(settings: &PgClientSettings) -> Result<Client, SnapshotErro
     Ok(client)
 }
 
+/// A chunk whose low watermark is written and whose open transactions
+/// have ended: ready to be read.
+struct Prepared {
+    chunk: ChunkId,
+    table: usize,
+    range: KeyRange,
+}
+
+/// What preparing the next chunk gave.
+enum Prep {
+    Ready(Prepared),
+    /// Table `t` is fully planned; wait until the pipeline finished it.
+    WaitFor(usize),
+    /// Every table is read, or the pipeline is gone.
+    Done,
+}
+
 impl Reader {
-    /// Reads chunks on one connection while a second one writes their high
-    /// watermarks, so a high watermark's flush overlaps the next chunk.
+    /// Reads chunks on one connection while a second one prepares the next
+    /// chunk (plans it, writes its low watermark, waits for the
+    /// transactions open then) and writes the high watermark of the chunk
+    /// read before, so the reading connection rarely waits.
+    ///
+    /// Order per chunk `c`: `Started(c)`, `LW(c)`, the wait, then (on the
+    /// reading connection) the read, `Rows(c)`, and only then `HW(c)`. The
+    /// next chunk's `LW` may come before `HW(c)`: windows overlap, which
+    /// the merge allows.
     async fn run(mut self) -> Result<(), SnapshotError> {
         let client = connect(&self.settings).await?;
         let marks = connect(&self.settings).await?;
-        let (hw_tx, mut hw_rx) = mpsc::unbounded_channel::<ChunkId>();
-        let token = self.token.clone();
-        let high = async move {
-            while let Some(chunk) = hw_rx.recv().await {
-                watermark(&marks, &token, "hw", chunk).await?;
-            }
-            Ok::<(), SnapshotError>(())
-        };
-        let read = async move {
-            let result = self.read_chunks(&client, &hw_tx).await;
-            drop(hw_tx);
-            result
-        };
-        tokio::try_join!(read, high).map(|_| ())
-    }
-
-    async fn read_chunks(
-        &mut self,
-        client: &Client,
-        hw: &mpsc::UnboundedSender<ChunkId>,
-    ) -> Result<(), SnapshotError> {
+        let mut high: Option<ChunkId> = None;
+        let mut next = self.prepare(&marks).await?;
         loop {
-            let Ok(permit) = self.permits.clone().acquire_owned().await else {
-                return Ok(());
-            };
-            let next = {
-                let mut planner = self.planner.lock().await;
-                planner.next(client, &self.tx, permit).await?
-            };
-            match next {
-                Next::Done | Next::Stop => return Ok(()),
-                Next::WaitFor(table) => {
-                    // The pipeline finishes tables in order.
+            let current = match next {
+                Prep::Done => {
+                    if let Some(chunk) = high.take() {
+                        watermark(&marks, &self.token, "hw", chunk).await?;
+                    }
+                    return Ok(());
+                }
+                Prep::WaitFor(table) => {
+                    // The pipeline finishes a table only after the high
+                    // watermark of its last chunk.
+                    if let Some(chunk) = high.take() {
+                        watermark(&marks, &self.token, "hw", chunk).await?;
+                    }
                     if self
                         .done_tables
                         .wait_for(|&done| done > table)
@@ -318,40 +324,78 @@ impl Reader {
                     {
                         return Ok(());
                     }
+                    next = self.prepare(&marks).await?;
+                    continue;
                 }
-                Next::Chunk(chunk, table, range) => {
-                    let Some(t) = self.tables.get(table) else {
-                        return Err(SnapshotError::Merge(format!("no table #{table}")));
-                    };
-                    self.read_chunk(client, t, chunk, &range).await?;
-                    if hw.send(chunk).is_err() {
-                        return Ok(());
-                    }
+                Prep::Ready(p) => p,
+            };
+            let tables = self.tables.clone();
+            let Some(table) = tables.get(current.table) else {
+                return Err(SnapshotError::Merge(format!("no table #{}", current.table)));
+            };
+            let previous = high.take();
+            let side = async {
+                if let Some(chunk) = previous {
+                    watermark(&marks, &self.token, "hw", chunk).await?;
                 }
+                self.prepare(&marks).await
+            };
+            let started = std::time::Instant::now();
+            // The first error ends both (a side waiting for a permit would
+            // otherwise wait for chunks that will never finish).
+            let (rows, prepared) =
+                tokio::try_join!(read_range(&client, table, &current.range), side)?;
+            tracing::debug!(table = %table.display_name(), chunk = current.chunk,
+                lo = %key_text(&current.range.lo), hi = %key_text(&current.range.hi),
+                rows = rows.len(), read_us = started.elapsed().as_micros() as u64,
+                "snapshot chunk read");
+            // Its high watermark follows, on the other connection.
+            if self
+                .tx
+                .send(ToSource::Rows {
+                    chunk: current.chunk,
+                    rows,
+                })
+                .is_err()
+            {
+                return Ok(());
             }
+            high = Some(current.chunk);
+            next = prepared;
         }
     }
 
-    async fn read_chunk(
-        &self,
-        client: &Client,
-        table: &SnapshotTable,
-        chunk: ChunkId,
-        range: &KeyRange,
-    ) -> Result<(), SnapshotError> {
-        let started = std::time::Instant::now();
-        watermark(client, &self.token, "lw", chunk).await?;
-        let low = started.elapsed();
-        wait_for_open_transactions(client).await?;
-        let waited = started.elapsed();
-        let rows = read_range(client, table, range).await?;
-        tracing::debug!(table = %table.display_name(), chunk, lo = %key_text(&range.lo),
-            hi = %key_text(&range.hi), rows = rows.len(), low_us = low.as_micros() as u64,
-            wait_us = (waited - low).as_micros() as u64,
-            read_us = (started.elapsed() - waited).as_micros() as u64, "snapshot chunk read");
-        // The high watermark follows on the other connection.
-        let _ = self.tx.send(ToSource::Rows { chunk, rows });
-        Ok(())
+    /// Plans the next chunk and makes it ready to read: its low watermark
+    /// written and the transactions open at that moment ended.
+    async fn prepare(&self, client: &Client) -> Result<Prep, SnapshotError> {
+        let Ok(permit) = self.permits.clone().acquire_owned().await else {
+            return Ok(Prep::Done);
+        };
+        let next = {
+            let mut planner = self.planner.lock().await;
+            planner.next(client, &self.tx, permit).await?
+        };
+        match next {
+            Next::Done | Next::Stop => Ok(Prep::Done),
+            Next::WaitFor(table) => Ok(Prep::WaitFor(table)),
+            Next::Chunk(chunk, table, range) => {
+                let started = std::time::Instant::now();
+                let open = low_watermark(client, &self.token, chunk).await?;
+                let low = started.elapsed();
+                wait_for_open_transactions(client, open).await?;
+                tracing::debug!(
+                    chunk,
+                    low_us = low.as_micros() as u64,
+                    wait_us = (started.elapsed() - low).as_micros() as u64,
+                    "snapshot chunk prepared"
+                );
+                Ok(Prep::Ready(Prepared {
+                    chunk,
+                    table,
+                    range,
+                }))
+            }
+        }
     }
 }
 
@@ -360,60 +404,84 @@ fn key_text(key: &Option<Vec<String>>) -> String {
     key.as_ref().map_or_else(|| "-".to_owned(), |k| k.join(","))
 }
 
-/// Writes a watermark in a transaction of its own. A low watermark's
-/// commit is not waited for (its place in the WAL is fixed when it is
-/// written, and the high watermark's flush makes it durable with it); a
-/// high watermark is flushed at once, so the stream brings it without delay.
+fn emit_statement(token: &str, kind: &str, chunk: ChunkId) -> String {
+    let payload = format!("{token} {kind} {chunk}");
+    format!(
+        "SELECT pg_catalog.pg_logical_emit_message(true, {}, {})",
+        cdc_core::sql::quote_literal(WATERMARK_PREFIX),
+        cdc_core::sql::quote_literal(&payload)
+    )
+}
+
+/// Writes a high watermark in a transaction of its own, flushed at once so
+/// the stream brings it without delay (and the low watermarks before it
+/// with it).
 async fn watermark(
     client: &Client,
     token: &str,
     kind: &str,
     chunk: ChunkId,
 ) -> Result<(), SnapshotError> {
-    let payload = format!("{token} {kind} {chunk}");
-    let emit = format!(
-        "SELECT pg_catalog.pg_logical_emit_message(true, {}, {})",
-        cdc_core::sql::quote_literal(WATERMARK_PREFIX),
-        cdc_core::sql::quote_literal(&payload)
-    );
-    if kind == "lw" {
-        client
-            .batch_execute(&format!(
-                "BEGIN; SET LOCAL synchronous_commit = off; {emit}; COMMIT"
-            ))
-            .await?;
-    } else {
-        client.batch_execute(&emit).await?;
-    }
+    client
+        .batch_execute(&emit_statement(token, kind, chunk))
+        .await?;
     Ok(())
 }
 
-/// Waits until every transaction open now has ended, so a transaction that
-/// committed before the low watermark is visible to the read that follows
-/// (a commit is in the WAL a moment before other sessions can see it).
-async fn wait_for_open_transactions(client: &Client) -> Result<(), SnapshotError> {
-    let rows = client
-        .query(
-            "SELECT x::text FROM pg_catalog.txid_snapshot_xip(pg_catalog.txid_current_snapshot()) x",
-            &[],
-        )
+/// Writes a low watermark in a transaction of its own and returns the
+/// transactions open right after it, in one round trip. Its commit is not
+/// waited for: its place in the WAL is fixed when it is written, and the
+/// next high watermark's flush makes it durable.
+async fn low_watermark(
+    client: &Client,
+    token: &str,
+    chunk: ChunkId,
+) -> Result<Vec<i64>, SnapshotError> {
+    let messages = client
+        .simple_query(&format!(
+            "BEGIN; SET LOCAL synchronous_commit = off; {}; COMMIT; \
+             SELECT x AS open_xid \
+             FROM pg_catalog.txid_snapshot_xip(pg_catalog.txid_current_snapshot()) x",
+            emit_statement(token, "lw", chunk)
+        ))
         .await?;
-    let mut open: Vec<String> = rows
-        .iter()
-        .map(|r| r.try_get::<_, String>(0))
-        .collect::<Result<_, _>>()?;
+    let mut open = Vec::new();
+    for m in messages {
+        // The watermark's own row (its LSN) comes first.
+        let SimpleQueryMessage::Row(row) = m else {
+            continue;
+        };
+        if row.columns().first().map(|c| c.name()) == Some("open_xid") {
+            let xid = row
+                .get(0)
+                .and_then(|x| x.parse().ok())
+                .ok_or_else(|| SnapshotError::Merge("an unreadable open transaction id".into()))?;
+            open.push(xid);
+        }
+    }
+    Ok(open)
+}
+
+/// Waits until the transactions `open` (open right after a low watermark)
+/// are no longer running in a new snapshot, so a transaction that committed
+/// before the low watermark is visible to the read that follows (a commit
+/// is in the WAL a moment before other sessions can see it).
+async fn wait_for_open_transactions(
+    client: &Client,
+    mut open: Vec<i64>,
+) -> Result<(), SnapshotError> {
     let mut delay = Duration::from_micros(200);
     while !open.is_empty() {
         let rows = client
             .query(
-                "SELECT x FROM unnest($1::text[]) x \
-                 WHERE pg_catalog.txid_status(x::bigint) = 'in progress'",
+                "SELECT x FROM unnest($1::bigint[]) x WHERE NOT \
+                 pg_catalog.txid_visible_in_snapshot(x, pg_catalog.txid_current_snapshot())",
                 &[&open],
             )
             .await?;
         open = rows
             .iter()
-            .map(|r| r.try_get::<_, String>(0))
+            .map(|r| r.try_get::<_, i64>(0))
             .collect::<Result<_, _>>()?;
         if open.is_empty() {
             break;
@@ -424,7 +492,8 @@ async fn wait_for_open_transactions(client: &Client) -> Result<(), SnapshotError
     Ok(())
 }
 
-/// Reads the rows of `range` through `COPY ... TO STDOUT` (text format).
+/// Reads the rows of `range` through `COPY ... TO STDOUT` (binary where
+/// the column types allow, see [`RowDecoder`]).
 pub(crate) async fn read_range(
     client: &Client,
     table: &SnapshotTable,
@@ -440,55 +509,20 @@ pub(crate) async fn read_range(
     if let Some(filter) = &table.row_filter {
         conditions.push(format!("({filter})"));
     }
-    let mut sql = format!(
-        "COPY (SELECT {} FROM {}",
-        table.select_list(),
-        table.quoted()
-    );
+    let mut query = format!("SELECT {} FROM {}", table.select_list(), table.quoted());
     if !conditions.is_empty() {
-        sql.push_str(" WHERE ");
-        sql.push_str(&conditions.join(" AND "));
+        query.push_str(" WHERE ");
+        query.push_str(&conditions.join(" AND "));
     }
-    sql.push_str(") TO STDOUT");
-    let stream = client.copy_out(&sql).await?;
+    let mut decoder = RowDecoder::new(table);
+    let stream = client.copy_out(&decoder.copy_statement(&query)).await?;
     pin_mut!(stream);
     let mut rows = Vec::new();
-    while let Some(line) = stream.try_next().await? {
-        rows.push(decode(table, &line)?);
+    while let Some(msg) = stream.try_next().await? {
+        if let Some(row) = decoder.decode(&msg)? {
+            rows.push(row);
+        }
     }
+    decoder.finish()?;
     Ok(rows)
-}
-
-/// Decodes one COPY row into typed values.
-pub(crate) fn decode(table: &SnapshotTable, line: &[u8]) -> Result<RowValues, SnapshotError> {
-    let bad = |reason: String| SnapshotError::Row {
-        table: table.display_name(),
-        reason,
-    };
-    let mut values = Vec::with_capacity(table.columns.len());
-    let mut cols = table.columns.iter();
-    for field in fields(line) {
-        let field = field.map_err(|e| bad(e.to_string()))?;
-        let Some(col) = cols.next() else {
-            return Err(bad(format!(
-                "a row has more than {} fields",
-                table.columns.len()
-            )));
-        };
-        let v = match field {
-            None => Value::Null,
-            Some(raw) => decode_text(col.type_oid, &raw)
-                .map(Value::into_owned)
-                .map_err(|e| bad(format!("column {}: {e}", col.name)))?,
-        };
-        values.push(v);
-    }
-    if values.len() != table.columns.len() {
-        return Err(bad(format!(
-            "a row has {} fields, expected {}",
-            values.len(),
-            table.columns.len()
-        )));
-    }
-    Ok(values)
 }
