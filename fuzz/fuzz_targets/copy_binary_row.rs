@@ -29,6 +29,10 @@ fuzz_target!(|data: &[u8]| {
             .ok()
             .flatten()
             .map(|r| r.fields().collect::<Vec<_>>());
-        assert_eq!(reparsed.as_ref(), Some(&fields), "row re-encodes differently");
+        assert_eq!(
+            reparsed.as_ref(),
+            Some(&fields),
+            "row re-encodes differently"
+        );
     }
 });
