@@ -454,6 +454,80 @@ async fn retention_on_save_unlinks_and_vacuum_removes_only_our_orphans() {
     assert_eq!(left, vec![foreign]);
 }
 
+/// Retention deletes from the lease's `lowest_id` up: the bound moves with every save that
+/// cuts, stays at or below the oldest kept row whatever the gaps between ids, and rows of
+/// both layouts below the cut are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_moves_the_lowest_id_and_never_leaves_a_row_below_it() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    let mut config = PgStoreConfig::default();
+    config.large_layout = LargeLayout::LargeObject;
+    config.inline_threshold = 1000;
+    config.keep_on_save = Some(2);
+    let store = open(&db, config, "lowest").await;
+    let job = JobName::new("bounded").unwrap();
+    let lease = store
+        .acquire_lease(&job, &OwnerId::new("w").unwrap())
+        .await
+        .unwrap();
+    // The lease table is the checkpoints table's quoted name with `_leases` inside the
+    // closing quote.
+    let checkpoints = store.checkpoints_table();
+    let leases = format!("{}_leases\"", &checkpoints[..checkpoints.len() - 1]);
+    let lowest_sql = format!("SELECT lowest_id FROM {leases} WHERE job = $1");
+    let mut saved = Vec::new();
+    for (n, id) in [1u64, 2, 5, 9, 10, 20, 21, 40].into_iter().enumerate() {
+        let len = if n % 3 == 0 { 5000 } else { 10 };
+        store
+            .save(&lease, &with_state(&job, id, noise(len, id)))
+            .await
+            .unwrap();
+        saved.push(id);
+        let kept: Vec<u64> = store
+            .list(&job)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.id.get())
+            .collect();
+        let want = saved[saved.len().saturating_sub(2)..].to_vec();
+        assert_eq!(kept, want, "after saving {id}");
+        let lowest: Option<i64> = admin
+            .query_one(&lowest_sql, &[&job.as_str()])
+            .await
+            .unwrap()
+            .get(0);
+        if saved.len() > 2 {
+            // One above the newest deleted id, at or below the oldest kept one.
+            let deleted = saved[saved.len() - 3] as i64;
+            assert_eq!(lowest, Some(deleted + 1), "after saving {id}");
+            assert!(lowest.unwrap() <= kept[0] as i64);
+        } else {
+            assert_eq!(lowest, None, "nothing cut yet after {id}");
+        }
+        assert_eq!(orphans(&admin, &store).await, 0);
+    }
+    // Every large object left belongs to a kept checkpoint.
+    let left: i64 = admin
+        .query_one("SELECT count(*) FROM pg_largeobject_metadata", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let kept_large: i64 = admin
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} WHERE job = $1 AND lo_oid IS NOT NULL",
+                store.checkpoints_table()
+            ),
+            &[&job.as_str()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, kept_large);
+}
+
 /// Waits until the writer's backend runs a statement matching `pattern`; returns its pid.
 async fn writer_pid(admin: &Client, app: &str, pattern: &str) -> i32 {
     let deadline = Instant::now() + Duration::from_secs(120);

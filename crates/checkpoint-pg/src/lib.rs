@@ -23,7 +23,10 @@
 //!   written with pipelined `lo_put` calls; `<table>_large_objects` records every large
 //!   object the store creates, in the same transaction, so [`PgCheckpointStore::vacuum`]
 //!   can find orphans without touching anybody else's large objects.
-//! * `<table>_leases`: one row per job with its fencing epoch and the highest id ever saved.
+//! * `<table>_leases`: one row per job with its fencing epoch, the highest id ever saved
+//!   and the lowest id any of its checkpoint rows may have. Retention deletes from that
+//!   lowest id up, so its cost does not grow with the index entries of rows deleted
+//!   earlier, which stay until `VACUUM` (for long when a long transaction holds it back).
 //! * `<table>_schema_version`: applied migrations. The store creates and upgrades the schema
 //!   itself, in one transaction under an advisory lock, so concurrent starts are safe.
 //!

@@ -61,20 +61,40 @@ impl Sql {
         let leases = &n.leases;
         let chunks = &n.chunks;
         let lobs = &n.large_objects;
-        // Deletes the rows of $1 beyond the newest `offset` (as this statement sees them)
-        // where `cond` holds, with their chunk rows and large objects, all in the
-        // statement's transaction. `job` is always $1. The cut-off is found walking the
-        // primary key down from the newest row (LIMIT 1 makes the planner do that), instead
-        // of sorting all index entries of the job, dead ones included.
+        // The id of the newest row of $1 that retention keeping `offset` rows deletes,
+        // as the statement sees the table: found walking the primary key down from the
+        // newest row (LIMIT 1 makes the planner do that).
+        let cut = |offset: &str| {
+            format!(
+                "(SELECT checkpoint_id FROM {cps} WHERE job = $1
+                  ORDER BY checkpoint_id DESC OFFSET {offset} LIMIT 1)"
+            )
+        };
+        // Deletes the rows of $1 beyond the newest `offset` where `cond` holds, with their
+        // chunk rows and large objects, all in the statement's transaction. `job` is
+        // always $1. The rows go by one range scan from the lease's `lowest_id` (no row
+        // is below it) to the cut-off: the index entries of rows deleted before stay until
+        // VACUUM, and a scan open below would read every one of them, at every save.
         let doomed = |cond: &str, offset: &str| {
             format!(
                 "doomed AS (
-                    DELETE FROM {cps} WHERE job = $1 AND {cond} AND checkpoint_id <= (
-                        SELECT checkpoint_id FROM {cps} WHERE job = $1
-                        ORDER BY checkpoint_id DESC OFFSET {offset} LIMIT 1)
+                    DELETE FROM {cps} WHERE job = $1 AND {cond}
+                      AND checkpoint_id >= coalesce(
+                        (SELECT lowest_id FROM {leases} WHERE job = $1), 0)
+                      AND checkpoint_id <= {}
                     RETURNING checkpoint_id, storage, lo_oid),
                  {}",
+                cut(offset),
                 gone(n)
+            )
+        };
+        // The lease's new `lowest_id` after retention keeping `offset` rows ($1 = job):
+        // one above the cut-off, or unchanged when nothing is cut or retention is off.
+        let lowest = |offset: &str| {
+            format!(
+                "lowest_id = CASE WHEN {offset}::bigint IS NULL THEN lowest_id
+                                  ELSE coalesce({} + 1, lowest_id) END",
+                cut(offset)
             )
         };
         Sql {
@@ -92,7 +112,7 @@ impl Sql {
             // new one; NULL keeps all), only if the lease row was updated.
             save_inline: format!(
                 "WITH lease AS (
-                    UPDATE {leases} SET highest_id = $2
+                    UPDATE {leases} SET highest_id = $2, {}
                     WHERE job = $1 AND epoch = $3
                       AND (highest_id IS NULL OR highest_id < $2)
                       AND NOT EXISTS (
@@ -109,6 +129,7 @@ impl Sql {
                     RETURNING 1),
                  {}
                  SELECT EXISTS (SELECT 1 FROM ins), (SELECT count(*) FROM unlinked)",
+                lowest("$12"),
                 doomed(
                     "$12::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM ins)",
                     "$12"
@@ -138,10 +159,11 @@ impl Sql {
                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
                     RETURNING 1),
                  bump AS (
-                    UPDATE {leases} SET highest_id = $2 WHERE job = $1 RETURNING 1),
+                    UPDATE {leases} SET highest_id = $2, {} WHERE job = $1 RETURNING 1),
                  {}
                  SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM bump),
                         (SELECT count(*) FROM unlinked)",
+                lowest("$13"),
                 doomed("$13::bigint IS NOT NULL", "$13")
             ),
             copy_chunks: format!(

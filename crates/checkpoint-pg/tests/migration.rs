@@ -150,6 +150,10 @@ async fn foreign_keys_on_chunks(admin: &Client, store: &PgCheckpointStore) -> i6
     count(admin, &sql).await
 }
 
+fn all_versions() -> Vec<i32> {
+    (1..=checkpoint_pg::SCHEMA_VERSION).collect()
+}
+
 async fn versions(admin: &Client, schema: &str, table: &str) -> Vec<i32> {
     let sql = format!(
         "SELECT version FROM {}.{} ORDER BY version",
@@ -183,10 +187,15 @@ async fn version_1_installation_loses_the_chunk_foreign_key_and_keeps_working() 
         .await
         .unwrap();
     let s = quote_ident(SCHEMA);
-    for suffix in ["_leases", "", "_chunks"] {
+    // Today's lease table has a column more (`lowest_id`, version 3) at its end.
+    for (suffix, columns) in [
+        ("_leases", "job, epoch, owner, highest_id, acquired_at"),
+        ("", "*"),
+        ("_chunks", "*"),
+    ] {
         admin
             .batch_execute(&format!(
-                "INSERT INTO {s}.{} SELECT * FROM scratch.{}",
+                "INSERT INTO {s}.{} SELECT {columns} FROM scratch.{}",
                 quote_ident(&format!("{TABLE}{suffix}")),
                 quote_ident(&format!("cp{suffix}"))
             ))
@@ -204,9 +213,20 @@ async fn version_1_installation_loses_the_chunk_foreign_key_and_keeps_working() 
     // readable.
     let store = open(&db, config(SCHEMA, TABLE)).await;
     assert_eq!(store.chunks_table(), legacy_chunks);
-    assert_eq!(versions(&admin, SCHEMA, TABLE).await, vec![1, 2]);
-    assert_eq!(checkpoint_pg::SCHEMA_VERSION, 2);
+    assert_eq!(versions(&admin, SCHEMA, TABLE).await, all_versions());
+    assert_eq!(checkpoint_pg::SCHEMA_VERSION, 4);
     assert_eq!(foreign_keys_on_chunks(&admin, &store).await, 0);
+    // Version 4 dropped the CHECK constraints of both tables that had them.
+    for table in [
+        store.checkpoints_table().to_owned(),
+        format!("{s}.{}", quote_ident(&format!("{TABLE}_leases"))),
+    ] {
+        let sql = format!(
+            "SELECT count(*) FROM pg_constraint WHERE contype = 'c' AND conrelid = {}::regclass",
+            cdc_core::sql::quote_literal(&table)
+        );
+        assert_eq!(count(&admin, &sql).await, 0, "CHECK constraints on {table}");
+    }
     assert_eq!(store.load(&job, old.id).await.unwrap().checkpoint, old);
     let old_chunks = chunk_rows(&admin, &store, Some(1)).await;
     assert!(old_chunks > 1, "{old_chunks} chunk rows");
@@ -282,7 +302,7 @@ async fn version_1_installation_loses_the_chunk_foreign_key_and_keeps_working() 
     // Opening again changes nothing.
     drop(store);
     let store = open(&db, config(SCHEMA, TABLE)).await;
-    assert_eq!(versions(&admin, SCHEMA, TABLE).await, vec![1, 2]);
+    assert_eq!(versions(&admin, SCHEMA, TABLE).await, all_versions());
     assert_eq!(store.list(&job).await.unwrap().len(), 1);
 }
 
@@ -315,7 +335,7 @@ async fn migration_2_is_a_no_op_without_the_foreign_key() {
         .await
         .unwrap();
     let store = open(&db, config("s", "cp")).await;
-    assert_eq!(versions(&admin, "s", "cp").await, vec![1, 2]);
+    assert_eq!(versions(&admin, "s", "cp").await, all_versions());
     assert_eq!(foreign_keys_on_chunks(&admin, &store).await, 0);
     let job = JobName::new("j").unwrap();
     let lease = store
