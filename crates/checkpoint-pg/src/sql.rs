@@ -61,27 +61,28 @@ impl Sql {
         let leases = &n.leases;
         let chunks = &n.chunks;
         let lobs = &n.large_objects;
+        // No row of $1 has an id below this (the lease's `lowest_id`, as the statement
+        // sees it). Every scan of the job's rows that may go down the index starts here:
+        // the index entries of rows deleted before stay until VACUUM, and a scan open
+        // below reads every one of them, at every save (the planner, which believes the
+        // job has a few rows, likes to read them all with a bitmap scan and sort).
+        let floor = format!("coalesce((SELECT lowest_id FROM {leases} WHERE job = $1), 0)");
         // The id of the newest row of $1 that retention keeping `offset` rows deletes,
-        // as the statement sees the table: found walking the primary key down from the
-        // newest row (LIMIT 1 makes the planner do that).
+        // as the statement sees the table.
         let cut = |offset: &str| {
             format!(
-                "(SELECT checkpoint_id FROM {cps} WHERE job = $1
+                "(SELECT checkpoint_id FROM {cps} WHERE job = $1 AND checkpoint_id >= {floor}
                   ORDER BY checkpoint_id DESC OFFSET {offset} LIMIT 1)"
             )
         };
         // Deletes the rows of $1 beyond the newest `offset` where `cond` holds, with their
         // chunk rows and large objects, all in the statement's transaction. `job` is
-        // always $1. The rows go by one range scan from the lease's `lowest_id` (no row
-        // is below it) to the cut-off: the index entries of rows deleted before stay until
-        // VACUUM, and a scan open below would read every one of them, at every save.
+        // always $1. The rows go by one range scan from the floor to the cut-off.
         let doomed = |cond: &str, offset: &str| {
             format!(
                 "doomed AS (
                     DELETE FROM {cps} WHERE job = $1 AND {cond}
-                      AND checkpoint_id >= coalesce(
-                        (SELECT lowest_id FROM {leases} WHERE job = $1), 0)
-                      AND checkpoint_id <= {}
+                      AND checkpoint_id >= {floor} AND checkpoint_id <= {}
                     RETURNING checkpoint_id, storage, lo_oid),
                  {}",
                 cut(offset),
@@ -117,7 +118,8 @@ impl Sql {
                       AND (highest_id IS NULL OR highest_id < $2)
                       AND NOT EXISTS (
                         SELECT 1 FROM (
-                            SELECT commit_end_lsn FROM {cps} WHERE job = $1
+                            SELECT commit_end_lsn FROM {cps}
+                            WHERE job = $1 AND checkpoint_id >= {floor}
                             ORDER BY checkpoint_id DESC LIMIT 1) newest
                         WHERE newest.commit_end_lsn > $4)
                     RETURNING 1),
@@ -138,13 +140,15 @@ impl Sql {
             // Why a save was refused (read after the fact, no lock).
             lease_state: format!(
                 "SELECT l.epoch, l.highest_id,
-                        (SELECT commit_end_lsn FROM {cps} c WHERE c.job = $1
+                        (SELECT commit_end_lsn FROM {cps} c
+                         WHERE c.job = $1 AND c.checkpoint_id >= {floor}
                          ORDER BY c.checkpoint_id DESC LIMIT 1)
                  FROM {leases} l WHERE l.job = $1"
             ),
             lock_for_save: format!(
                 "SELECT l.epoch, l.highest_id,
-                        (SELECT commit_end_lsn FROM {cps} c WHERE c.job = $1
+                        (SELECT commit_end_lsn FROM {cps} c
+                         WHERE c.job = $1 AND c.checkpoint_id >= {floor}
                          ORDER BY c.checkpoint_id DESC LIMIT 1)
                  FROM {leases} l WHERE l.job = $1 FOR UPDATE OF l"
             ),
@@ -200,7 +204,8 @@ impl Sql {
                  ORDER BY checkpoint_id DESC"
             ),
             newest: format!(
-                "SELECT {META_COLUMNS}, data FROM {cps} WHERE job = $1
+                "SELECT {META_COLUMNS}, data FROM {cps}
+                 WHERE job = $1 AND checkpoint_id >= {floor}
                  ORDER BY checkpoint_id DESC LIMIT 1"
             ),
             read_chunks: format!(
