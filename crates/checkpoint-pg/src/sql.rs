@@ -195,12 +195,15 @@ impl Sql {
                         (SELECT count(*) FROM unlinked)",
                 gone(n)
             ),
-            list: format!("SELECT {META_COLUMNS} FROM {cps} WHERE job = $1 ORDER BY checkpoint_id"),
+            list: format!(
+                "SELECT {META_COLUMNS} FROM {cps} WHERE job = $1 AND checkpoint_id >= {floor}
+                 ORDER BY checkpoint_id"
+            ),
             get: format!(
                 "SELECT {META_COLUMNS}, data FROM {cps} WHERE job = $1 AND checkpoint_id = $2"
             ),
             list_desc: format!(
-                "SELECT {META_COLUMNS}, data FROM {cps} WHERE job = $1
+                "SELECT {META_COLUMNS}, data FROM {cps} WHERE job = $1 AND checkpoint_id >= {floor}
                  ORDER BY checkpoint_id DESC"
             ),
             newest: format!(
