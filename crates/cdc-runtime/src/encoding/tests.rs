@@ -585,3 +585,73 @@ fn encode_lines_share_one_processing_time() {
     // The plain format writes no processing time and reads no clock.
     assert_eq!(JsonEncoder::new(JsonFormat::Plain).now_ms(), 0);
 }
+
+/// The line encoder renders the envelope parts events share once: whatever
+/// changes from one event to the next (transaction, table, operation,
+/// database, commit time, rows), the bytes are those of `encode_line_at`.
+#[test]
+fn line_encoder_writes_what_encode_line_at_writes() {
+    let t = simple_table();
+    let other = Arc::new(TableSchema {
+        oid: 2,
+        schema: "s\"q".into(),
+        table: "other".into(),
+        columns: vec![
+            col("k\u{1}", types::INT8, -1, true),
+            col("ts", types::TIMESTAMP, 3, false),
+        ],
+    });
+    let row = |i: i32| Some(vec![Value::Int4(i), v(types::TEXT, "a\"b")]);
+    let other_row = Some(vec![
+        Value::Int8(-5),
+        v(types::TIMESTAMP, "2024-01-15 04:05:06.5"),
+    ]);
+    let mut evs = Vec::new();
+    for op in [Operation::Create, Operation::Update, Operation::Delete] {
+        evs.push(event(op, &t, row(1), row(2)));
+        evs.push(event(op, &t, None, row(3)));
+    }
+    evs.push(event(Operation::Create, &other, None, other_row.clone()));
+    evs.push(event(Operation::Truncate, &other, None, None));
+    evs.push(event(Operation::Truncate, &t, None, None));
+    let mut next_txn = event(Operation::Create, &t, None, row(4));
+    next_txn.source.commit_lsn = Lsn::from_u64(0x0900);
+    next_txn.source.xid = 756;
+    evs.push(next_txn.clone());
+    next_txn.source.lsn = Lsn::from_u64(0x0901);
+    next_txn.index = 4;
+    evs.push(next_txn.clone());
+    let mut no_xid = event(Operation::Read, &other, None, other_row);
+    no_xid.source.xid = 0;
+    no_xid.source.commit_time = None;
+    evs.push(no_xid.clone());
+    no_xid.source.database = "other db".into();
+    evs.push(no_xid);
+    let mut msg = event(Operation::Message, &t, None, None);
+    msg.table = None;
+    msg.message = Some(MessagePayload {
+        transactional: true,
+        prefix: "p".into(),
+        content: b"hi".to_vec(),
+    });
+    evs.push(msg);
+    evs.push(event(Operation::Create, &t, None, row(5)));
+    // A schema equal to `t` but another allocation (a new Relation message).
+    let t2 = Arc::new((*t).clone());
+    evs.push(event(Operation::Create, &t2, None, row(6)));
+
+    for enc in [debezium_encoder(), JsonEncoder::new(JsonFormat::Plain)] {
+        let now = 1_700_000_000_123;
+        let mut lines = enc.lines(now);
+        let mut batch = Vec::new();
+        let mut one_by_one = Vec::new();
+        for ev in &evs {
+            lines.encode_line(ev, &mut batch);
+            enc.encode_line_at(ev, now, &mut one_by_one);
+        }
+        assert_eq!(
+            String::from_utf8(batch).unwrap(),
+            String::from_utf8(one_by_one).unwrap()
+        );
+    }
+}
