@@ -518,12 +518,12 @@ async fn end_to_end_from_a_real_slot_through_file_and_table_sinks() {
         );
         // The update of row 2 left the big TOASTed doc out: explicit, not NULL.
         assert_eq!(
-            events[3].after.as_ref().unwrap()[4],
+            events[3].after_values().unwrap()[4],
             Value::UnchangedToast,
             "{slot}"
         );
         // The key change carries the old key.
-        assert_eq!(events[4].before.as_ref().unwrap()[0], Value::Int8(3));
+        assert_eq!(events[4].before_values().unwrap()[0], Value::Int8(3));
         // Indexes restart per transaction; the three-row insert is one transaction.
         let idx: Vec<u32> = events.iter().map(|e| e.index).collect();
         assert_eq!(idx, [0, 1, 2, 0, 0, 0, 0, 0, 1, 2, 0, 0], "{slot}");

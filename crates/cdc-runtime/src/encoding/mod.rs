@@ -70,10 +70,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use cdc_core::{Lsn, PgTimestamp, TimestampTz, Value, Xid};
 
-use crate::event::{ChangeEvent, Operation, TableSchema};
+use crate::event::{Cell, ChangeEvent, Operation, Row, TableSchema};
 use json::{write_base64, write_display_str, write_int, write_str};
 pub use value::UNAVAILABLE_VALUE;
-use value::{write_value, Temporal};
+use value::{write_cell, Temporal};
 
 /// Settings of the Debezium envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -364,9 +364,9 @@ impl Envelope {
     fn write(&self, ev: &ChangeEvent, out: &mut Vec<u8>) {
         let lsn = ev.source.lsn.as_u64();
         out.extend_from_slice(b"{\"before\":");
-        self.write_row(out, ev.before.as_deref());
+        self.write_row(out, ev.before.as_ref());
         out.extend_from_slice(b",\"after\":");
-        self.write_row(out, ev.after.as_deref());
+        self.write_row(out, ev.after.as_ref());
         out.push(b',');
         out.extend_from_slice(&self.head);
         write_int(out, lsn);
@@ -378,7 +378,7 @@ impl Envelope {
     }
 
     /// [`write_row`] with the column names rendered already.
-    fn write_row(&self, out: &mut Vec<u8>, row: Option<&[Value<'static>]>) {
+    fn write_row(&self, out: &mut Vec<u8>, row: Option<&Row>) {
         let (Some(row), Some(table)) = (row, &self.key) else {
             out.extend_from_slice(b"null");
             return;
@@ -389,7 +389,7 @@ impl Envelope {
             .table
             .columns
             .iter()
-            .zip(row)
+            .zip(row.cells())
             .zip(&self.key_ends)
             .enumerate()
         {
@@ -398,7 +398,7 @@ impl Envelope {
             }
             out.extend_from_slice(self.keys.get(start..end).unwrap_or_default());
             start = end;
-            write_value(out, v, col.type_modifier, Temporal::DebeziumAdaptive);
+            write_cell(out, col, v, Temporal::DebeziumAdaptive);
         }
         out.push(b'}');
     }
@@ -419,7 +419,7 @@ fn pg_time_ms(t: PgTimestamp) -> Option<i64> {
 fn write_row(
     out: &mut Vec<u8>,
     table: Option<&TableSchema>,
-    row: Option<&[Value<'static>]>,
+    row: Option<&Row>,
     mode: Temporal,
     skip_toast: bool,
 ) {
@@ -429,8 +429,8 @@ fn write_row(
     };
     out.push(b'{');
     let mut first = true;
-    for (col, v) in table.columns.iter().zip(row) {
-        if skip_toast && matches!(v, Value::UnchangedToast) {
+    for (col, cell) in table.columns.iter().zip(row.cells()) {
+        if skip_toast && is_unchanged_toast(cell) {
             continue;
         }
         if !first {
@@ -439,9 +439,16 @@ fn write_row(
         first = false;
         write_str(out, &col.name);
         out.push(b':');
-        write_value(out, v, col.type_modifier, mode);
+        write_cell(out, col, cell, mode);
     }
     out.push(b'}');
+}
+
+fn is_unchanged_toast(cell: Cell<'_>) -> bool {
+    matches!(
+        cell,
+        Cell::Value(Value::UnchangedToast) | Cell::Wire(cdc_core::TupleValue::UnchangedToast)
+    )
 }
 
 fn debezium(ev: &ChangeEvent, source_head: &[u8], now_ms: i64, out: &mut Vec<u8>) {
@@ -450,9 +457,9 @@ fn debezium(ev: &ChangeEvent, source_head: &[u8], now_ms: i64, out: &mut Vec<u8>
     out.push(b'{');
     if ev.op != Operation::Message {
         out.extend_from_slice(b"\"before\":");
-        write_row(out, table, ev.before.as_deref(), mode, false);
+        write_row(out, table, ev.before.as_ref(), mode, false);
         out.extend_from_slice(b",\"after\":");
-        write_row(out, table, ev.after.as_deref(), mode, false);
+        write_row(out, table, ev.after.as_ref(), mode, false);
         out.push(b',');
     }
     let s = &ev.source;
@@ -533,15 +540,15 @@ fn plain(ev: &ChangeEvent, out: &mut Vec<u8>) {
     out.extend_from_slice(b",\"index\":");
     write_int(out, ev.index);
     out.extend_from_slice(b",\"before\":");
-    write_row(out, table, ev.before.as_deref(), mode, true);
+    write_row(out, table, ev.before.as_ref(), mode, true);
     out.extend_from_slice(b",\"after\":");
-    write_row(out, table, ev.after.as_deref(), mode, true);
-    if let (Some(table), Some(after)) = (table, ev.after.as_deref()) {
+    write_row(out, table, ev.after.as_ref(), mode, true);
+    if let (Some(table), Some(after)) = (table, ev.after.as_ref()) {
         let mut toast = table
             .columns
             .iter()
-            .zip(after)
-            .filter(|(_, v)| matches!(v, Value::UnchangedToast))
+            .zip(after.cells())
+            .filter(|(_, cell)| is_unchanged_toast(*cell))
             .peekable();
         if toast.peek().is_some() {
             out.extend_from_slice(b",\"unchanged_toast\":[");

@@ -47,8 +47,8 @@ fn event(
     ChangeEvent {
         op,
         table: Some(table.clone()),
-        before,
-        after,
+        before: before.map(Row::from_values),
+        after: after.map(Row::from_values),
         message: None,
         source: source(),
         index: 3,
@@ -653,5 +653,86 @@ fn line_encoder_writes_what_encode_line_at_writes() {
             String::from_utf8(batch).unwrap(),
             String::from_utf8(one_by_one).unwrap()
         );
+    }
+}
+
+/// A streamed row keeps its columns as sent and the encoders copy integer
+/// and text columns from them: the bytes are those of the decoded row, for
+/// every type and for the texts where copying would differ.
+#[test]
+fn rows_as_sent_encode_like_decoded_rows() {
+    use cdc_core::{TupleData, TupleValue};
+    let mut cases: Vec<(String, Oid, i32, TupleValue<'static>)> = every_type()
+        .into_iter()
+        .map(|(n, oid, tm, text, ..)| {
+            let tv = text.map_or(TupleValue::Null, |t| TupleValue::Text(t.as_bytes()));
+            (n.to_owned(), oid, tm, tv)
+        })
+        .collect();
+    let extra: [(Oid, &'static [u8]); 14] = [
+        (types::INT8, b"0"),
+        (types::INT8, b"-0"),
+        (types::INT4, b"007"),
+        (types::INT4, b"-007"),
+        (types::INT2, b"-1"),
+        (types::INT8, b"-9223372036854775808"),
+        (types::OID, b"4294967295"),
+        (types::TEXT, b"q\"b\\s\n\t\x01\x7f \xc3\xa9\xf0\x9f\x98\x80"),
+        (types::VARCHAR, b""),
+        (types::BPCHAR, b"ab   "),
+        (types::NAME, b"pg_class"),
+        (types::JSON, b"{\"a\": [1, \"x\\ny\"]}"),
+        (types::JSONB, b"{\"a\": 1}"),
+        (types::TEXT, b"plain"),
+    ];
+    for (i, (oid, raw)) in extra.into_iter().enumerate() {
+        cases.push((format!("x{i}"), oid, -1, TupleValue::Text(raw)));
+    }
+    cases.push(("toast".into(), types::TEXT, -1, TupleValue::UnchangedToast));
+    cases.push((
+        "bin".into(),
+        types::INT8,
+        -1,
+        TupleValue::Binary(&[0, 0, 0, 0, 0, 0, 1, 0]),
+    ));
+    let table = Arc::new(TableSchema {
+        oid: 3,
+        schema: "s".into(),
+        table: "wire".into(),
+        columns: cases
+            .iter()
+            .map(|(n, oid, tm, _)| col(n, *oid, *tm, false))
+            .collect(),
+    });
+    let values: Vec<TupleValue<'_>> = cases.iter().map(|c| c.3).collect();
+    let tuple = TupleData::from_values(&values).unwrap();
+    let mut arena = crate::event::RowArena::default();
+    let wire = crate::event::decode_row(&mut arena, &table, &tuple).unwrap();
+    assert!(wire.as_values().is_none(), "kept as sent");
+    let decoded: Vec<Value<'static>> = wire
+        .values(&table)
+        .iter()
+        .map(|v| v.clone().into_owned())
+        .collect();
+    assert_eq!(decoded.len(), cases.len());
+    assert_eq!(decoded[cases.len() - 2], Value::UnchangedToast);
+    assert_eq!(decoded[cases.len() - 1], Value::Int8(256));
+    let mut as_sent = event(Operation::Update, &table, None, None);
+    as_sent.before = Some(wire.clone());
+    as_sent.after = Some(wire);
+    let as_values = event(
+        Operation::Update,
+        &table,
+        Some(decoded.clone()),
+        Some(decoded),
+    );
+    for enc in [debezium_encoder(), JsonEncoder::new(JsonFormat::Plain)] {
+        let bytes = |ev: &ChangeEvent| {
+            let mut out = Vec::new();
+            enc.encode_at(ev, 1_700_000_000_123, &mut out);
+            enc.lines(1_700_000_000_123).encode_line(ev, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(bytes(&as_sent), bytes(&as_values));
     }
 }

@@ -332,10 +332,10 @@ mod tests {
                 op: Operation::Create,
                 table: Some(table.clone()),
                 before: None,
-                after: Some(vec![
+                after: Some(crate::event::Row::from_values(vec![
                     Value::Int4(i as i32),
                     Value::Text("x".repeat(text_len).into()),
-                ]),
+                ])),
                 message: None,
                 source: SourceInfo {
                     commit_lsn: Lsn::from_u64(100),
