@@ -10,7 +10,7 @@ use std::sync::Arc;
 use cdc_core::{types, Decoder, Lsn, ProtocolVersion, TxnAssembler, Value};
 use cdc_runtime::encoding::{DebeziumOptions, JsonEncoder, JsonFormat};
 use cdc_runtime::event::{
-    ChangeEvent, ColumnSchema, EventConverter, Operation, SourceInfo, TableSchema,
+    ChangeEvent, ColumnSchema, EventConverter, Operation, Row, SourceInfo, TableSchema,
 };
 use cdc_runtime::sinks::{
     FileSink, FileSinkOptions, PgTableSink, PgTableSinkOptions, Sink, TableName,
@@ -79,8 +79,8 @@ fn ev(
     ChangeEvent {
         op,
         table: Some(table.clone()),
-        before,
-        after,
+        before: before.map(Row::from_values),
+        after: after.map(Row::from_values),
         message: None,
         source: source(index),
         index,
