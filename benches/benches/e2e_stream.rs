@@ -26,7 +26,11 @@
 //! 1,000,000 rows in one transaction), `PGCDC_E2E_W2_TXNS` and `PGCDC_E2E_W2_ROWS_PER_TXN`
 //! (default 20,000 transactions of 10 rows). The pgcdc child runs on one tokio worker
 //! thread (`PGCDC_E2E_WORKERS` to change); `PGCDC_E2E_READ_PAUSE_US` overrides
-//! `PipelineOptions::read_pause` (for experiments).
+//! `PipelineOptions::read_pause` (for experiments). For instruction counts:
+//! `PGCDC_E2E_ONLY` (comma-separated labels: `recvlogical`, `null`, `debezium`, `file`,
+//! `null1`, `file1` for proto 1) runs only those contenders, `PGCDC_E2E_SKIP_W2=1` skips
+//! W2, and `PGCDC_E2E_WRAP` (a command line, e.g. `valgrind --tool=callgrind
+//! --callgrind-out-file=/tmp/cg.%p`) runs each pgcdc child under that command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pgcdc_benches::{median, uptime};
@@ -143,6 +147,18 @@ enum Contender {
 }
 
 impl Contender {
+    /// The short name `PGCDC_E2E_ONLY` selects by.
+    fn key(self) -> String {
+        match self {
+            Contender::Recvlogical => "recvlogical".into(),
+            Contender::Pgcdc { sink, proto: None } => sink.into(),
+            Contender::Pgcdc {
+                sink,
+                proto: Some(v),
+            } => format!("{sink}{v}"),
+        }
+    }
+
     fn label(self) -> String {
         match self {
             Contender::Recvlogical => "pg_recvlogical (proto 1, to /dev/null)".into(),
@@ -250,7 +266,17 @@ fn contender_command(c: Contender, t: &Target<'_>, slot: &str) -> Command {
             cmd
         }
         Contender::Pgcdc { sink, proto } => {
-            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            let exe = std::env::current_exe().unwrap();
+            let wrap = std::env::var("PGCDC_E2E_WRAP").unwrap_or_default();
+            let mut wrap = wrap.split_whitespace();
+            let mut cmd = match wrap.next() {
+                Some(program) => {
+                    let mut cmd = Command::new(program);
+                    cmd.args(wrap).arg(exe);
+                    cmd
+                }
+                None => Command::new(exe),
+            };
             cmd.env(CHILD_ENV, sink)
                 .env("PGCDC_E2E_PORT", t.port.to_string())
                 .env("PGCDC_E2E_DB", t.db)
@@ -293,6 +319,16 @@ async fn compare(
     contenders: &[Contender],
     reps: usize,
 ) -> Vec<Row> {
+    let only = std::env::var("PGCDC_E2E_ONLY").ok();
+    let contenders: Vec<Contender> = contenders
+        .iter()
+        .copied()
+        .filter(|c| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|k| k == c.key()))
+        })
+        .collect();
+    let contenders = &contenders[..];
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); contenders.len()];
     for rep in 0..reps {
         let mut order: Vec<usize> = (0..contenders.len()).collect();
@@ -439,47 +475,50 @@ async fn run() {
         .await
         .unwrap();
 
-    // W2: many small transactions.
-    let (w2_pub, w2_slot) = prepare(&client, "w2").await;
+    let skip_w2 = std::env::var("PGCDC_E2E_SKIP_W2").is_ok_and(|v| v == "1");
     let w2_rows = w2_txns * w2_per_txn;
-    eprintln!("W2: writing {w2_rows} rows in {w2_txns} transactions...");
-    client
-        .batch_execute(&format!(
-            "DO $$ BEGIN
+    let w2 = format!("W2: {w2_rows} rows, {w2_txns} txns");
+    if !skip_w2 {
+        // W2: many small transactions.
+        let (w2_pub, w2_slot) = prepare(&client, "w2").await;
+        eprintln!("W2: writing {w2_rows} rows in {w2_txns} transactions...");
+        client
+            .batch_execute(&format!(
+                "DO $$ BEGIN
                FOR i IN 0..{last} LOOP
                  INSERT INTO w2 SELECT g, g % 1000, 'row ' || lpad(g::text, 26, '0')
                  FROM generate_series(i * {w2_per_txn} + 1, (i + 1) * {w2_per_txn}) g;
                  COMMIT;
                END LOOP;
              END $$",
-            last = w2_txns.saturating_sub(1)
-        ))
-        .await
-        .unwrap();
-    let end = end_lsn(&client).await;
-    let target = Target {
-        publication: &w2_pub,
-        end,
-        ..target
-    };
-    let w2 = format!("W2: {w2_rows} rows, {w2_txns} txns");
-    table.extend(
-        compare(
-            &client,
-            &w2,
-            w2_rows,
-            &w2_slot,
-            &target,
-            &[
-                Contender::Recvlogical,
-                pgcdc("null", None),
-                pgcdc("debezium", None),
-                pgcdc("file", None),
-            ],
-            reps,
-        )
-        .await,
-    );
+                last = w2_txns.saturating_sub(1)
+            ))
+            .await
+            .unwrap();
+        let end = end_lsn(&client).await;
+        let target = Target {
+            publication: &w2_pub,
+            end,
+            ..target
+        };
+        table.extend(
+            compare(
+                &client,
+                &w2,
+                w2_rows,
+                &w2_slot,
+                &target,
+                &[
+                    Contender::Recvlogical,
+                    pgcdc("null", None),
+                    pgcdc("debezium", None),
+                    pgcdc("file", None),
+                ],
+                reps,
+            )
+            .await,
+        );
+    }
 
     let load = uptime();
     println!();
@@ -487,19 +526,18 @@ async fn run() {
     println!("|---|---|---|---|---|---|---|");
     for (workload, rows) in [(&w1, w1_rows), (&w2, w2_rows)] {
         let ours: Vec<&Row> = table.iter().filter(|r| &r.workload == workload).collect();
-        let base = ours
-            .iter()
-            .find(|r| r.contender == Contender::Recvlogical)
-            .unwrap();
+        let base = ours.iter().find(|r| r.contender == Contender::Recvlogical);
+        // Without pg_recvlogical in the run (`PGCDC_E2E_ONLY`) there are no ratios.
+        let ratio = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{x:.2}x"));
         for r in &ours {
             println!(
-                "| {} | {} | {:.0} | {:.2}x | {:.2} | {:.2}x | {:.0} |",
+                "| {} | {} | {:.0} | {} | {:.2} | {} | {:.0} |",
                 r.workload,
                 r.contender.label(),
                 rows as f64 / r.wall,
-                base.wall / r.wall,
+                ratio(base.map(|b| b.wall / r.wall)),
                 r.cpu,
-                r.cpu / base.cpu,
+                ratio(base.map(|b| r.cpu / b.cpu)),
                 r.peak_mb
             );
         }

@@ -22,6 +22,7 @@
 //! byte_budget = 67108864        # streamed in-progress transactions held in memory, bytes
 //! # spill_dir = "/var/tmp/pgcdc" # where larger ones go; default: the system temp directory
 //! status_interval_secs = 10
+//! # worker_threads = 2          # runtime threads (default: TOKIO_WORKER_THREADS, else min(cores, 2))
 //!
 //! [[sinks]]
 //! type = "file"
@@ -259,6 +260,35 @@ pub struct PipelineConfig {
     pub status_interval_secs: u64,
     /// Batches buffered between the source and each sink (backpressure).
     pub channel_capacity: usize,
+    /// Threads of the async runtime (`None`: `TOKIO_WORKER_THREADS` if set,
+    /// else [`default_worker_threads`]).
+    pub worker_threads: Option<usize>,
+}
+
+/// At most this many runtime threads unless configured: a streaming job keeps
+/// about two tasks busy (the source and a sink, which hand batches to each
+/// other), plus the readers of an initial snapshot. More threads than busy
+/// tasks add cross-thread wake-ups, not throughput (tokio's own default is a
+/// thread per core).
+pub const DEFAULT_WORKER_THREADS: usize = 2;
+
+/// The default runtime threads: [`DEFAULT_WORKER_THREADS`], or fewer on a
+/// machine with fewer cores.
+pub fn default_worker_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(DEFAULT_WORKER_THREADS))
+}
+
+impl PipelineConfig {
+    /// The runtime threads to start: `worker_threads`, else
+    /// `tokio_worker_threads` (the value of the `TOKIO_WORKER_THREADS`
+    /// environment variable, if set and a positive number), else
+    /// [`default_worker_threads`].
+    pub fn runtime_threads(&self, tokio_worker_threads: Option<&str>) -> usize {
+        self.worker_threads
+            .or_else(|| tokio_worker_threads.and_then(|v| v.trim().parse().ok()))
+            .filter(|&n| n > 0)
+            .unwrap_or_else(default_worker_threads)
+    }
 }
 
 impl Default for PipelineConfig {
@@ -269,6 +299,7 @@ impl Default for PipelineConfig {
             spill_dir: None,
             status_interval_secs: DEFAULT_STATUS_INTERVAL.as_secs(),
             channel_capacity: 4,
+            worker_threads: None,
         }
     }
 }
@@ -471,6 +502,9 @@ impl Config {
         if let Some(v) = num("channel_capacity")? {
             p.channel_capacity = usize::try_from(v).unwrap_or(usize::MAX);
         }
+        if let Some(v) = num("worker_threads")? {
+            p.worker_threads = Some(usize::try_from(v).unwrap_or(usize::MAX));
+        }
         if let Some(c) = self.checkpoint.as_mut() {
             c.apply_env(&env)?;
         }
@@ -512,6 +546,12 @@ impl Config {
         }
         if p.channel_capacity == 0 {
             return Err(invalid("pipeline.channel_capacity", "must be positive"));
+        }
+        if p.worker_threads.is_some_and(|n| n == 0 || n > 1024) {
+            return Err(invalid(
+                "pipeline.worker_threads",
+                "must be between 1 and 1024",
+            ));
         }
         self.start_lsn()?;
         self.snapshot.check(s.start_lsn.is_some())?;
@@ -726,6 +766,7 @@ mod tests {
             ("PGCDC_SOURCE_TABLES", "a, b.c"),
             ("PGCDC_PIPELINE_BATCH_SIZE", "7"),
             ("PGCDC_PIPELINE_SPILL_DIR", "/var/tmp/spill"),
+            ("PGCDC_PIPELINE_WORKER_THREADS", "3"),
         ]
         .into_iter()
         .collect();
@@ -734,6 +775,8 @@ mod tests {
         assert_eq!(c.source.port, 6432);
         assert_eq!(c.source.tables, ["a", "b.c"]);
         assert_eq!(c.pipeline.batch_size, 7);
+        assert_eq!(c.pipeline.worker_threads, Some(3));
+        assert_eq!(c.pipeline.runtime_threads(Some("5")), 3);
         assert_eq!(
             c.pipeline.spill_dir.as_deref(),
             Some(Path::new("/var/tmp/spill"))
@@ -747,6 +790,21 @@ mod tests {
             .apply_env(|k| (k == "PGCDC_SOURCE_PORT").then(|| "x".to_owned()))
             .unwrap_err();
         assert!(err.to_string().contains("PGCDC_SOURCE_PORT"), "{err}");
+    }
+
+    #[test]
+    fn worker_threads_default_and_tokio_variable() {
+        let mut c = Config::parse(MINIMAL).unwrap();
+        assert_eq!(c.pipeline.worker_threads, None);
+        let default = default_worker_threads();
+        assert!((1..=DEFAULT_WORKER_THREADS).contains(&default));
+        assert_eq!(c.pipeline.runtime_threads(None), default);
+        assert_eq!(c.pipeline.runtime_threads(Some(" 4 ")), 4);
+        assert_eq!(c.pipeline.runtime_threads(Some("0")), default);
+        assert_eq!(c.pipeline.runtime_threads(Some("many")), default);
+        c.pipeline.worker_threads = Some(0);
+        let err = c.check().unwrap_err();
+        assert!(err.to_string().contains("worker_threads"), "{err}");
     }
 
     #[test]

@@ -118,6 +118,20 @@ impl<'a> TupleData<'a> {
         &self.raw
     }
 
+    /// The columns of a tuple of `count` columns whose encoding is `raw`
+    /// (what [`raw_columns`](Self::raw_columns) returns), borrowing `raw`.
+    /// Validates the columns as parsing does, without allocating; bytes after
+    /// the last column are an error.
+    pub fn iter_raw_columns(raw: &'a [u8], count: u16) -> Result<TupleIter<'a>, DecodeError> {
+        let mut r = Reader::new(raw);
+        r.skip_tuple_columns(count)?;
+        r.finish()?;
+        Ok(TupleIter {
+            rest: raw,
+            left: count,
+        })
+    }
+
     /// A copy that owns its bytes.
     pub fn into_owned(self) -> TupleData<'static> {
         TupleData {

@@ -61,15 +61,37 @@ pub(crate) fn bool_binary(oid: Oid, raw: &[u8]) -> Result<bool, ValueError> {
 }
 
 /// A decimal integer as the server prints it: optional `-`, digits only.
-pub(crate) fn int_text<T: std::str::FromStr>(oid: Oid, raw: &[u8]) -> Result<T, ValueError> {
-    let digits = raw.strip_prefix(b"-").unwrap_or(raw);
+///
+/// Parsed in one pass over the digits (this runs for every integer column of
+/// every change), with the same results as `str::parse` after the digit check.
+pub(crate) fn int_text<T: TryFrom<i64>>(oid: Oid, raw: &[u8]) -> Result<T, ValueError> {
+    let (negative, digits) = match raw.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, raw),
+    };
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return Err(ValueError::text(oid, raw, "expected a decimal integer"));
     }
-    std::str::from_utf8(raw)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| ValueError::text(oid, raw, "integer out of range"))
+    let out_of_range = || ValueError::text(oid, raw, "integer out of range");
+    let mut magnitude = 0u64;
+    for &d in digits {
+        magnitude = magnitude
+            .checked_mul(10)
+            .and_then(|m| m.checked_add(u64::from(d - b'0')))
+            .ok_or_else(out_of_range)?;
+    }
+    let value = if negative {
+        // An unsigned type takes no sign, not even on zero (as `str::parse`).
+        if T::try_from(-1).is_err() {
+            return Err(out_of_range());
+        }
+        // -2^63 (i64::MIN) has a magnitude one past i64::MAX.
+        0i64.checked_sub_unsigned(magnitude)
+            .ok_or_else(out_of_range)?
+    } else {
+        i64::try_from(magnitude).map_err(|_| out_of_range())?
+    };
+    T::try_from(value).map_err(|_| out_of_range())
 }
 
 /// Exactly `N` big-endian bytes.
@@ -263,5 +285,88 @@ mod tests {
         assert!(bytea_text(17, b"ab\\").is_err());
         assert!(bytea_text(17, b"ab\\1").is_err());
         assert_eq!(bytea_text(17, b"a\\\\").unwrap(), b"a\\");
+    }
+
+    /// What `int_text` did before: the digit check, then `str::parse`.
+    fn parse_std<T: std::str::FromStr>(raw: &[u8]) -> Option<T> {
+        let digits = raw.strip_prefix(b"-").unwrap_or(raw);
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(raw).ok()?.parse().ok()
+    }
+
+    fn same_as_std(raw: &[u8]) {
+        assert_eq!(
+            int_text::<i16>(21, raw).ok(),
+            parse_std::<i16>(raw),
+            "{raw:?}"
+        );
+        assert_eq!(
+            int_text::<i32>(23, raw).ok(),
+            parse_std::<i32>(raw),
+            "{raw:?}"
+        );
+        assert_eq!(
+            int_text::<i64>(20, raw).ok(),
+            parse_std::<i64>(raw),
+            "{raw:?}"
+        );
+        assert_eq!(
+            int_text::<u32>(26, raw).ok(),
+            parse_std::<u32>(raw),
+            "{raw:?}"
+        );
+    }
+
+    #[test]
+    fn integers_at_the_edges_parse_as_std_does() {
+        for text in [
+            "0",
+            "-0",
+            "1",
+            "-1",
+            "",
+            "-",
+            "+1",
+            " 1",
+            "1 ",
+            "00042",
+            "-00042",
+            "32767",
+            "32768",
+            "-32768",
+            "-32769",
+            "2147483647",
+            "2147483648",
+            "-2147483648",
+            "-2147483649",
+            "4294967295",
+            "4294967296",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999999",
+            "1e3",
+            "12a",
+        ] {
+            same_as_std(text.as_bytes());
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn integers_parse_as_std_does(neg: bool, digits in "[0-9]{1,22}") {
+            let text = format!("{}{digits}", if neg { "-" } else { "" });
+            same_as_std(text.as_bytes());
+        }
+
+        #[test]
+        fn any_i64_round_trips(v: i64) {
+            proptest::prop_assert_eq!(int_text::<i64>(20, v.to_string().as_bytes()).ok(), Some(v));
+        }
     }
 }

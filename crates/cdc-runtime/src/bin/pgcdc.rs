@@ -449,10 +449,31 @@ async fn quickstart(dir: Option<PathBuf>, keep: bool, kills: usize) -> Result<()
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // The configuration is read before the runtime starts: it says how many
+    // threads the runtime gets.
+    let config = match &cli.command {
+        Command::Run { config, .. }
+        | Command::Validate { config }
+        | Command::Checkpoints { config, .. }
+        | Command::Slot { config, .. } => match Config::load(config) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!("{e}");
+                eprintln!("pgcdc: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        Command::Quickstart { .. } => None,
+    };
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // The quickstart runs a server workload and child processes: tokio's
+    // default (a thread per core, or TOKIO_WORKER_THREADS). The other
+    // commands serve one job: `[pipeline] worker_threads`.
+    if let Some(config) = &config {
+        let tokio_env = std::env::var("TOKIO_WORKER_THREADS").ok();
+        builder.worker_threads(config.pipeline.runtime_threads(tokio_env.as_deref()));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pgcdc: cannot start the runtime: {e}");
@@ -460,28 +481,27 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        if let Command::Quickstart { dir, keep, kills } = cli.command {
-            return quickstart(dir, keep, kills).await;
-        }
-        let path = match &cli.command {
-            Command::Run { config, .. }
-            | Command::Validate { config }
-            | Command::Checkpoints { config, .. }
-            | Command::Slot { config, .. } => config,
-            Command::Quickstart { .. } => return Ok(()),
-        };
-        let config = Config::load(path).map_err(|e| e.to_string())?;
-        match cli.command {
-            Command::Run {
-                from_checkpoint, ..
-            } => run(&config, from_checkpoint).await,
-            Command::Validate { .. } => validate(&config).await,
-            Command::Checkpoints { job, action, .. } => checkpoints(&config, job, action).await,
-            Command::Slot {
-                action: SlotAction::Status,
-                ..
-            } => slot_status(&config).await,
-            Command::Quickstart { .. } => Ok(()),
+        match (cli.command, config) {
+            (Command::Quickstart { dir, keep, kills }, _) => quickstart(dir, keep, kills).await,
+            (
+                Command::Run {
+                    from_checkpoint, ..
+                },
+                Some(config),
+            ) => run(&config, from_checkpoint).await,
+            (Command::Validate { .. }, Some(config)) => validate(&config).await,
+            (Command::Checkpoints { job, action, .. }, Some(config)) => {
+                checkpoints(&config, job, action).await
+            }
+            (
+                Command::Slot {
+                    action: SlotAction::Status,
+                    ..
+                },
+                Some(config),
+            ) => slot_status(&config).await,
+            // Every command but the quickstart has its configuration loaded above.
+            (_, None) => Ok(()),
         }
     });
     match result {

@@ -27,8 +27,15 @@ const NEEDS_ESCAPE: [bool; 256] = {
 /// Appends `s` escaped for a JSON string, without quotes. Runs of bytes that
 /// need no escaping (nearly all text) are copied whole.
 pub(crate) fn write_escaped(out: &mut Vec<u8>, s: &str) {
+    write_escaped_utf8(out, s.as_bytes());
+}
+
+/// [`write_escaped`] of text the caller knows is UTF-8 (a column that
+/// decoded as text): the same bytes. Only ASCII bytes are ever escaped, so a
+/// multi-byte character is copied whole.
+pub(crate) fn write_escaped_utf8(out: &mut Vec<u8>, s: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut rest = s.as_bytes();
+    let mut rest = s;
     while let Some(i) = rest.iter().position(|&b| NEEDS_ESCAPE[usize::from(b)]) {
         let (plain, tail) = rest.split_at(i);
         out.extend_from_slice(plain);

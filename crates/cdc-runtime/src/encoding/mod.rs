@@ -65,14 +65,15 @@
 mod json;
 mod value;
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use cdc_core::{PgTimestamp, TimestampTz, Value};
+use cdc_core::{Lsn, PgTimestamp, TimestampTz, Value, Xid};
 
-use crate::event::{ChangeEvent, Operation, TableSchema};
+use crate::event::{Cell, ChangeEvent, Operation, Row, TableSchema};
 use json::{write_base64, write_display_str, write_int, write_str};
 pub use value::UNAVAILABLE_VALUE;
-use value::{write_value, Temporal};
+use value::{write_cell, Temporal};
 
 /// Settings of the Debezium envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,9 +156,23 @@ impl JsonEncoder {
     /// time (Debezium's top-level `ts_ms`) for all of them: the clock is read
     /// once per call instead of once per event.
     pub fn encode_lines(&self, events: &[ChangeEvent], out: &mut Vec<u8>) {
-        let now_ms = self.now_ms();
+        let mut lines = self.lines(self.now_ms());
         for event in events {
-            self.encode_line_at(event, now_ms, out);
+            lines.encode_line(event, out);
+        }
+    }
+
+    /// An encoder for a run of events with one processing time `now_ms`
+    /// (see [`now_ms`](Self::now_ms)). It writes the same bytes as
+    /// [`encode_line_at`](Self::encode_line_at), but renders what consecutive
+    /// events share (the Debezium `source` block of their transaction and
+    /// table, the transaction id, the column names) once instead of for every
+    /// event.
+    pub fn lines(&self, now_ms: i64) -> LineEncoder<'_> {
+        LineEncoder {
+            encoder: self,
+            now_ms,
+            envelope: Envelope::default(),
         }
     }
 
@@ -194,6 +209,201 @@ impl JsonEncoder {
     }
 }
 
+/// Encodes events as JSON lines with one processing time; see
+/// [`JsonEncoder::lines`].
+#[derive(Debug)]
+pub struct LineEncoder<'e> {
+    encoder: &'e JsonEncoder,
+    now_ms: i64,
+    envelope: Envelope,
+}
+
+impl LineEncoder<'_> {
+    /// The processing time this encoder writes.
+    pub fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+
+    /// Appends `event` as one JSON object followed by `\n`.
+    pub fn encode_line(&mut self, event: &ChangeEvent, out: &mut Vec<u8>) {
+        match (&self.encoder.format, event.table.as_ref()) {
+            (JsonFormat::Debezium(_), Some(table)) if event.op != Operation::Message => {
+                self.envelope
+                    .prepare(event, table, &self.encoder.source_head, self.now_ms);
+                self.envelope.write(event, out);
+            }
+            _ => self.encoder.encode_at(event, self.now_ms, out),
+        }
+        out.push(b'\n');
+    }
+}
+
+/// What a Debezium envelope of a row event depends on besides the event's
+/// own LSN, index and rows.
+#[derive(Debug, Clone)]
+struct EnvelopeKey {
+    table: Arc<TableSchema>,
+    database: Arc<str>,
+    commit_lsn: Lsn,
+    xid: Xid,
+    commit_time: Option<PgTimestamp>,
+    op: Operation,
+}
+
+impl EnvelopeKey {
+    fn matches(&self, ev: &ChangeEvent, table: &Arc<TableSchema>) -> bool {
+        let s = &ev.source;
+        Arc::ptr_eq(&self.table, table)
+            && Arc::ptr_eq(&self.database, &s.database)
+            && self.commit_lsn == s.commit_lsn
+            && self.xid == s.xid
+            && self.commit_time == s.commit_time
+            && self.op == ev.op
+    }
+}
+
+/// The Debezium envelope of the last row event, rendered in the pieces
+/// between the values that change from event to event, so that events of
+/// the same transaction, table and operation copy them.
+#[derive(Debug, Default)]
+struct Envelope {
+    key: Option<EnvelopeKey>,
+    /// `"source":{…,"ts_ms":<commit>,"snapshot":…,"db":…,"sequence":"[\"<commit LSN>\",\"`
+    head: Vec<u8>,
+    /// `\"]","schema":…,"table":…,"txId":…,"lsn":`
+    middle: Vec<u8>,
+    /// `,"xmin":null},"op":…,"ts_ms":<now>,"transaction":{"id":"…","total_order":`
+    tail: Vec<u8>,
+    /// `"<column>":` for every column, one after the other; `key_ends[i]`
+    /// is where column `i`'s ends.
+    keys: Vec<u8>,
+    key_ends: Vec<usize>,
+}
+
+impl Envelope {
+    /// Renders the pieces for `ev` unless the last event's fit.
+    fn prepare(
+        &mut self,
+        ev: &ChangeEvent,
+        table: &Arc<TableSchema>,
+        source_head: &[u8],
+        now_ms: i64,
+    ) {
+        if self.key.as_ref().is_some_and(|k| k.matches(ev, table)) {
+            return;
+        }
+        let s = &ev.source;
+        let same_table = self
+            .key
+            .as_ref()
+            .is_some_and(|k| Arc::ptr_eq(&k.table, table));
+        if !same_table {
+            self.keys.clear();
+            self.key_ends.clear();
+            for col in &table.columns {
+                write_str(&mut self.keys, &col.name);
+                self.keys.push(b':');
+                self.key_ends.push(self.keys.len());
+            }
+        }
+        let out = &mut self.head;
+        out.clear();
+        out.extend_from_slice(source_head);
+        write_int(out, s.commit_time.and_then(pg_time_ms).unwrap_or(now_ms));
+        out.extend_from_slice(if ev.op == Operation::Read {
+            b",\"snapshot\":\"true\""
+        } else {
+            b",\"snapshot\":\"false\""
+        });
+        out.extend_from_slice(b",\"db\":");
+        write_str(out, &s.database);
+        out.extend_from_slice(b",\"sequence\":\"[\\\"");
+        write_int(out, s.commit_lsn.as_u64());
+        out.extend_from_slice(b"\\\",\\\"");
+
+        let out = &mut self.middle;
+        out.clear();
+        out.extend_from_slice(b"\\\"]\",\"schema\":");
+        write_str(out, &table.schema);
+        out.extend_from_slice(b",\"table\":");
+        write_str(out, &table.table);
+        out.extend_from_slice(b",\"txId\":");
+        if s.xid == 0 {
+            out.extend_from_slice(b"null");
+        } else {
+            write_int(out, s.xid);
+        }
+        out.extend_from_slice(b",\"lsn\":");
+
+        let out = &mut self.tail;
+        out.clear();
+        out.extend_from_slice(b",\"xmin\":null},\"op\":");
+        write_str(out, ev.op.debezium_code());
+        out.extend_from_slice(b",\"ts_ms\":");
+        write_int(out, now_ms);
+        out.extend_from_slice(b",\"transaction\":{\"id\":\"");
+        if s.xid != 0 {
+            write_int(out, s.xid);
+            out.push(b':');
+        }
+        write_int(out, s.commit_lsn.as_u64());
+        out.extend_from_slice(b"\",\"total_order\":");
+
+        self.key = Some(EnvelopeKey {
+            table: table.clone(),
+            database: s.database.clone(),
+            commit_lsn: s.commit_lsn,
+            xid: s.xid,
+            commit_time: s.commit_time,
+            op: ev.op,
+        });
+    }
+
+    /// Writes `ev` (a row event of the table [`prepare`](Self::prepare) saw)
+    /// as [`debezium`] would.
+    fn write(&self, ev: &ChangeEvent, out: &mut Vec<u8>) {
+        let lsn = ev.source.lsn.as_u64();
+        out.extend_from_slice(b"{\"before\":");
+        self.write_row(out, ev.before.as_ref());
+        out.extend_from_slice(b",\"after\":");
+        self.write_row(out, ev.after.as_ref());
+        out.push(b',');
+        out.extend_from_slice(&self.head);
+        write_int(out, lsn);
+        out.extend_from_slice(&self.middle);
+        write_int(out, lsn);
+        out.extend_from_slice(&self.tail);
+        write_int(out, u64::from(ev.index) + 1);
+        out.extend_from_slice(b"}}");
+    }
+
+    /// [`write_row`] with the column names rendered already.
+    fn write_row(&self, out: &mut Vec<u8>, row: Option<&Row>) {
+        let (Some(row), Some(table)) = (row, &self.key) else {
+            out.extend_from_slice(b"null");
+            return;
+        };
+        out.push(b'{');
+        let mut start = 0;
+        for (i, ((col, v), &end)) in table
+            .table
+            .columns
+            .iter()
+            .zip(row.cells())
+            .zip(&self.key_ends)
+            .enumerate()
+        {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(self.keys.get(start..end).unwrap_or_default());
+            start = end;
+            write_cell(out, col, v, Temporal::DebeziumAdaptive);
+        }
+        out.push(b'}');
+    }
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -209,7 +419,7 @@ fn pg_time_ms(t: PgTimestamp) -> Option<i64> {
 fn write_row(
     out: &mut Vec<u8>,
     table: Option<&TableSchema>,
-    row: Option<&[Value<'static>]>,
+    row: Option<&Row>,
     mode: Temporal,
     skip_toast: bool,
 ) {
@@ -219,8 +429,8 @@ fn write_row(
     };
     out.push(b'{');
     let mut first = true;
-    for (col, v) in table.columns.iter().zip(row) {
-        if skip_toast && matches!(v, Value::UnchangedToast) {
+    for (col, cell) in table.columns.iter().zip(row.cells()) {
+        if skip_toast && is_unchanged_toast(cell) {
             continue;
         }
         if !first {
@@ -229,9 +439,16 @@ fn write_row(
         first = false;
         write_str(out, &col.name);
         out.push(b':');
-        write_value(out, v, col.type_modifier, mode);
+        write_cell(out, col, cell, mode);
     }
     out.push(b'}');
+}
+
+fn is_unchanged_toast(cell: Cell<'_>) -> bool {
+    matches!(
+        cell,
+        Cell::Value(Value::UnchangedToast) | Cell::Wire(cdc_core::TupleValue::UnchangedToast)
+    )
 }
 
 fn debezium(ev: &ChangeEvent, source_head: &[u8], now_ms: i64, out: &mut Vec<u8>) {
@@ -240,9 +457,9 @@ fn debezium(ev: &ChangeEvent, source_head: &[u8], now_ms: i64, out: &mut Vec<u8>
     out.push(b'{');
     if ev.op != Operation::Message {
         out.extend_from_slice(b"\"before\":");
-        write_row(out, table, ev.before.as_deref(), mode, false);
+        write_row(out, table, ev.before.as_ref(), mode, false);
         out.extend_from_slice(b",\"after\":");
-        write_row(out, table, ev.after.as_deref(), mode, false);
+        write_row(out, table, ev.after.as_ref(), mode, false);
         out.push(b',');
     }
     let s = &ev.source;
@@ -323,15 +540,15 @@ fn plain(ev: &ChangeEvent, out: &mut Vec<u8>) {
     out.extend_from_slice(b",\"index\":");
     write_int(out, ev.index);
     out.extend_from_slice(b",\"before\":");
-    write_row(out, table, ev.before.as_deref(), mode, true);
+    write_row(out, table, ev.before.as_ref(), mode, true);
     out.extend_from_slice(b",\"after\":");
-    write_row(out, table, ev.after.as_deref(), mode, true);
-    if let (Some(table), Some(after)) = (table, ev.after.as_deref()) {
+    write_row(out, table, ev.after.as_ref(), mode, true);
+    if let (Some(table), Some(after)) = (table, ev.after.as_ref()) {
         let mut toast = table
             .columns
             .iter()
-            .zip(after)
-            .filter(|(_, v)| matches!(v, Value::UnchangedToast))
+            .zip(after.cells())
+            .filter(|(_, cell)| is_unchanged_toast(*cell))
             .peekable();
         if toast.peek().is_some() {
             out.extend_from_slice(b",\"unchanged_toast\":[");

@@ -47,8 +47,8 @@ fn event(
     ChangeEvent {
         op,
         table: Some(table.clone()),
-        before,
-        after,
+        before: before.map(Row::from_values),
+        after: after.map(Row::from_values),
         message: None,
         source: source(),
         index: 3,
@@ -584,4 +584,155 @@ fn encode_lines_share_one_processing_time() {
     assert_eq!(batch, one_by_one);
     // The plain format writes no processing time and reads no clock.
     assert_eq!(JsonEncoder::new(JsonFormat::Plain).now_ms(), 0);
+}
+
+/// The line encoder renders the envelope parts events share once: whatever
+/// changes from one event to the next (transaction, table, operation,
+/// database, commit time, rows), the bytes are those of `encode_line_at`.
+#[test]
+fn line_encoder_writes_what_encode_line_at_writes() {
+    let t = simple_table();
+    let other = Arc::new(TableSchema {
+        oid: 2,
+        schema: "s\"q".into(),
+        table: "other".into(),
+        columns: vec![
+            col("k\u{1}", types::INT8, -1, true),
+            col("ts", types::TIMESTAMP, 3, false),
+        ],
+    });
+    let row = |i: i32| Some(vec![Value::Int4(i), v(types::TEXT, "a\"b")]);
+    let other_row = Some(vec![
+        Value::Int8(-5),
+        v(types::TIMESTAMP, "2024-01-15 04:05:06.5"),
+    ]);
+    let mut evs = Vec::new();
+    for op in [Operation::Create, Operation::Update, Operation::Delete] {
+        evs.push(event(op, &t, row(1), row(2)));
+        evs.push(event(op, &t, None, row(3)));
+    }
+    evs.push(event(Operation::Create, &other, None, other_row.clone()));
+    evs.push(event(Operation::Truncate, &other, None, None));
+    evs.push(event(Operation::Truncate, &t, None, None));
+    let mut next_txn = event(Operation::Create, &t, None, row(4));
+    next_txn.source.commit_lsn = Lsn::from_u64(0x0900);
+    next_txn.source.xid = 756;
+    evs.push(next_txn.clone());
+    next_txn.source.lsn = Lsn::from_u64(0x0901);
+    next_txn.index = 4;
+    evs.push(next_txn.clone());
+    let mut no_xid = event(Operation::Read, &other, None, other_row);
+    no_xid.source.xid = 0;
+    no_xid.source.commit_time = None;
+    evs.push(no_xid.clone());
+    no_xid.source.database = "other db".into();
+    evs.push(no_xid);
+    let mut msg = event(Operation::Message, &t, None, None);
+    msg.table = None;
+    msg.message = Some(MessagePayload {
+        transactional: true,
+        prefix: "p".into(),
+        content: b"hi".to_vec(),
+    });
+    evs.push(msg);
+    evs.push(event(Operation::Create, &t, None, row(5)));
+    // A schema equal to `t` but another allocation (a new Relation message).
+    let t2 = Arc::new((*t).clone());
+    evs.push(event(Operation::Create, &t2, None, row(6)));
+
+    for enc in [debezium_encoder(), JsonEncoder::new(JsonFormat::Plain)] {
+        let now = 1_700_000_000_123;
+        let mut lines = enc.lines(now);
+        let mut batch = Vec::new();
+        let mut one_by_one = Vec::new();
+        for ev in &evs {
+            lines.encode_line(ev, &mut batch);
+            enc.encode_line_at(ev, now, &mut one_by_one);
+        }
+        assert_eq!(
+            String::from_utf8(batch).unwrap(),
+            String::from_utf8(one_by_one).unwrap()
+        );
+    }
+}
+
+/// A streamed row keeps its columns as sent and the encoders copy integer
+/// and text columns from them: the bytes are those of the decoded row, for
+/// every type and for the texts where copying would differ.
+#[test]
+fn rows_as_sent_encode_like_decoded_rows() {
+    use cdc_core::{TupleData, TupleValue};
+    let mut cases: Vec<(String, Oid, i32, TupleValue<'static>)> = every_type()
+        .into_iter()
+        .map(|(n, oid, tm, text, ..)| {
+            let tv = text.map_or(TupleValue::Null, |t| TupleValue::Text(t.as_bytes()));
+            (n.to_owned(), oid, tm, tv)
+        })
+        .collect();
+    let extra: [(Oid, &'static [u8]); 14] = [
+        (types::INT8, b"0"),
+        (types::INT8, b"-0"),
+        (types::INT4, b"007"),
+        (types::INT4, b"-007"),
+        (types::INT2, b"-1"),
+        (types::INT8, b"-9223372036854775808"),
+        (types::OID, b"4294967295"),
+        (types::TEXT, b"q\"b\\s\n\t\x01\x7f \xc3\xa9\xf0\x9f\x98\x80"),
+        (types::VARCHAR, b""),
+        (types::BPCHAR, b"ab   "),
+        (types::NAME, b"pg_class"),
+        (types::JSON, b"{\"a\": [1, \"x\\ny\"]}"),
+        (types::JSONB, b"{\"a\": 1}"),
+        (types::TEXT, b"plain"),
+    ];
+    for (i, (oid, raw)) in extra.into_iter().enumerate() {
+        cases.push((format!("x{i}"), oid, -1, TupleValue::Text(raw)));
+    }
+    cases.push(("toast".into(), types::TEXT, -1, TupleValue::UnchangedToast));
+    cases.push((
+        "bin".into(),
+        types::INT8,
+        -1,
+        TupleValue::Binary(&[0, 0, 0, 0, 0, 0, 1, 0]),
+    ));
+    let table = Arc::new(TableSchema {
+        oid: 3,
+        schema: "s".into(),
+        table: "wire".into(),
+        columns: cases
+            .iter()
+            .map(|(n, oid, tm, _)| col(n, *oid, *tm, false))
+            .collect(),
+    });
+    let values: Vec<TupleValue<'_>> = cases.iter().map(|c| c.3).collect();
+    let tuple = TupleData::from_values(&values).unwrap();
+    let mut arena = crate::event::RowArena::default();
+    let wire = crate::event::decode_row(&mut arena, &table, &tuple).unwrap();
+    assert!(wire.as_values().is_none(), "kept as sent");
+    let decoded: Vec<Value<'static>> = wire
+        .values(&table)
+        .iter()
+        .map(|v| v.clone().into_owned())
+        .collect();
+    assert_eq!(decoded.len(), cases.len());
+    assert_eq!(decoded[cases.len() - 2], Value::UnchangedToast);
+    assert_eq!(decoded[cases.len() - 1], Value::Int8(256));
+    let mut as_sent = event(Operation::Update, &table, None, None);
+    as_sent.before = Some(wire.clone());
+    as_sent.after = Some(wire);
+    let as_values = event(
+        Operation::Update,
+        &table,
+        Some(decoded.clone()),
+        Some(decoded),
+    );
+    for enc in [debezium_encoder(), JsonEncoder::new(JsonFormat::Plain)] {
+        let bytes = |ev: &ChangeEvent| {
+            let mut out = Vec::new();
+            enc.encode_at(ev, 1_700_000_000_123, &mut out);
+            enc.lines(1_700_000_000_123).encode_line(ev, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(bytes(&as_sent), bytes(&as_values));
+    }
 }

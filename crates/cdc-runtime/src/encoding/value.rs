@@ -4,7 +4,10 @@ use std::fmt;
 
 use cdc_core::{Array, Date, Infinitable, Interval, TimeTz, TimestampTz, Value};
 
-use super::json::{write_base64, write_display_str, write_f32, write_f64, write_int, write_str};
+use super::json::{
+    write_base64, write_display_str, write_escaped_utf8, write_f32, write_f64, write_int, write_str,
+};
+use crate::event::{decode_cell, Cell, ColumnSchema};
 
 /// Debezium's placeholder for a TOASTed column the server did not send.
 pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
@@ -20,6 +23,47 @@ pub(crate) enum Temporal {
     DebeziumAdaptive,
     /// ISO 8601 strings.
     Iso,
+}
+
+/// Writes one column of a row: as [`write_value`] writes its decoded value,
+/// but copying the text of the commonest types (integers, text, json) as
+/// the server sent it where that is the same JSON, without decoding.
+pub(crate) fn write_cell(out: &mut Vec<u8>, col: &ColumnSchema, cell: Cell<'_>, mode: Temporal) {
+    use cdc_core::types::*;
+    use cdc_core::TupleValue;
+    match cell {
+        Cell::Value(v) => write_value(out, v, col.type_modifier, mode),
+        Cell::Wire(TupleValue::Null) => out.extend_from_slice(b"null"),
+        Cell::Wire(TupleValue::UnchangedToast) => write_str(out, UNAVAILABLE_VALUE),
+        Cell::Wire(TupleValue::Text(raw))
+            if matches!(col.type_oid, INT2 | INT4 | INT8 | OID) && is_canonical_integer(raw) =>
+        {
+            out.extend_from_slice(raw);
+        }
+        // The row decoded as text when it was converted, so `raw` is UTF-8.
+        Cell::Wire(TupleValue::Text(raw))
+            if matches!(col.type_oid, TEXT | VARCHAR | BPCHAR | NAME | JSON | JSONB) =>
+        {
+            out.push(b'"');
+            write_escaped_utf8(out, raw);
+            out.push(b'"');
+        }
+        Cell::Wire(tv) => write_value(out, &decode_cell(tv, col.type_oid), col.type_modifier, mode),
+    }
+}
+
+/// Whether `raw` is an integer exactly as its JSON number is written: an
+/// optional `-`, then digits without a leading zero (or `0` alone).
+fn is_canonical_integer(raw: &[u8]) -> bool {
+    let digits = match raw {
+        [b'-', rest @ ..] => rest,
+        _ => raw,
+    };
+    match digits {
+        [] => false,
+        [b'0'] => raw.len() == 1,
+        [first, ..] => *first != b'0' && digits.iter().all(u8::is_ascii_digit),
+    }
 }
 
 /// Writes `value` of a column with type modifier `typmod`.

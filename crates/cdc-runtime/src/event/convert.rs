@@ -6,10 +6,11 @@ use std::sync::Arc;
 use cdc_core::pgoutput::Relation;
 use cdc_core::{
     decode_binary, decode_text, Change, Lsn, Oid, PgTimestamp, RelationCache, TupleData,
-    TupleValue, TxnEvent, TxnKind, Value, ValueError, Xid,
+    TupleValue, TxnEvent, TxnKind, ValueError, Xid,
 };
 
-use super::{ChangeEvent, MessagePayload, Operation, RowValues, SourceInfo, TableSchema};
+use super::row::RowArena;
+use super::{ChangeEvent, MessagePayload, Operation, Row, RowValues, SourceInfo, TableSchema};
 
 /// Why a transaction event could not be converted.
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +109,7 @@ struct OpenTxn {
 /// let insert = Change::Insert(rel, Insert { xid: None, relation: 16384, new });
 /// conv.handle(&TxnEvent::Change(insert), &cache, None, &mut out)?;
 /// assert_eq!(out[0].op, Operation::Create);
-/// assert_eq!(out[0].after.as_deref(), Some(&[Value::Int4(42)][..]));
+/// assert_eq!(out[0].after_values().as_deref(), Some(&[Value::Int4(42)][..]));
 /// assert_eq!(out[0].source.commit_lsn, Lsn::from_u64(0x100));
 /// # Ok::<(), cdc_runtime::event::ConvertError>(())
 /// ```
@@ -121,6 +122,8 @@ pub struct EventConverter {
     /// The entry of `schemas` used last: consecutive changes are mostly of
     /// one table, so they skip the hash lookup.
     last: Option<(Arc<Relation<'static>>, Arc<TableSchema>)>,
+    /// Where rows keep their columns as sent (no allocation per row).
+    arena: RowArena,
 }
 
 impl EventConverter {
@@ -132,6 +135,7 @@ impl EventConverter {
             open: None,
             schemas: HashMap::new(),
             last: None,
+            arena: RowArena::default(),
         }
     }
 
@@ -201,7 +205,7 @@ impl EventConverter {
                 Operation::Read,
                 table.clone(),
                 None,
-                Some(row),
+                Some(Row::from_values(row)),
                 source.clone(),
             );
             ev.index = next;
@@ -302,7 +306,7 @@ impl EventConverter {
         match change {
             Change::Insert(rel, m) => {
                 let table = self.schema(rel);
-                let after = decode_row(&table, &m.new)?;
+                let after = decode_row(&mut self.arena, &table, &m.new)?;
                 out.push(row_event(
                     Operation::Create,
                     table,
@@ -314,10 +318,10 @@ impl EventConverter {
             Change::Update(rel, m) => {
                 let table = self.schema(rel);
                 let before = match &m.old {
-                    Some(old) => Some(decode_row(&table, old.tuple())?),
+                    Some(old) => Some(decode_row(&mut self.arena, &table, old.tuple())?),
                     None => None,
                 };
-                let after = decode_row(&table, &m.new)?;
+                let after = decode_row(&mut self.arena, &table, &m.new)?;
                 out.push(row_event(
                     Operation::Update,
                     table,
@@ -328,7 +332,7 @@ impl EventConverter {
             }
             Change::Delete(rel, m) => {
                 let table = self.schema(rel);
-                let before = decode_row(&table, m.old.tuple())?;
+                let before = decode_row(&mut self.arena, &table, m.old.tuple())?;
                 out.push(row_event(
                     Operation::Delete,
                     table,
@@ -403,8 +407,8 @@ impl EventConverter {
 fn row_event(
     op: Operation,
     table: Arc<TableSchema>,
-    before: Option<RowValues>,
-    after: Option<RowValues>,
+    before: Option<Row>,
+    after: Option<Row>,
     source: SourceInfo,
 ) -> ChangeEvent {
     ChangeEvent {
@@ -418,11 +422,14 @@ fn row_event(
     }
 }
 
-/// Decodes every column of `tuple` by the type of its column in `table`.
+/// Decodes every column of `tuple` by the type of its column in `table`,
+/// so that a value that does not decode stops the stream here, and keeps
+/// the columns as sent in `arena` (sinks decode them again, borrowing).
 pub(crate) fn decode_row(
+    arena: &mut RowArena,
     table: &TableSchema,
     tuple: &TupleData<'_>,
-) -> Result<RowValues, ConvertError> {
+) -> Result<Row, ConvertError> {
     if tuple.len() != table.columns.len() {
         return Err(ConvertError::ColumnCount {
             schema: table.schema.clone(),
@@ -431,22 +438,20 @@ pub(crate) fn decode_row(
             got: tuple.len(),
         });
     }
-    let mut row = Vec::with_capacity(tuple.len());
     for (col, tv) in table.columns.iter().zip(tuple.iter()) {
         let decoded = match tv {
-            TupleValue::Null => Ok(Value::Null),
-            TupleValue::UnchangedToast => Ok(Value::UnchangedToast),
-            TupleValue::Text(raw) => decode_text(col.type_oid, raw).map(Value::into_owned),
-            TupleValue::Binary(raw) => decode_binary(col.type_oid, raw).map(Value::into_owned),
+            TupleValue::Null | TupleValue::UnchangedToast => Ok(()),
+            TupleValue::Text(raw) => decode_text(col.type_oid, raw).map(drop),
+            TupleValue::Binary(raw) => decode_binary(col.type_oid, raw).map(drop),
         };
-        row.push(decoded.map_err(|source| ConvertError::Value {
+        decoded.map_err(|source| ConvertError::Value {
             schema: table.schema.clone(),
             table: table.table.clone(),
             column: col.name.clone(),
             source,
-        })?);
+        })?;
     }
-    Ok(row)
+    Ok(arena.row(tuple))
 }
 
 /// A logical decoding message as an event (index 0; numbered by the caller).
@@ -474,7 +479,7 @@ mod tests {
     use cdc_core::pgoutput::{
         Column, Delete, Insert, OldTuple, Relation, ReplicaIdentity, Truncate, Update,
     };
-    use cdc_core::{types, TxnBegin, TxnCommit};
+    use cdc_core::{types, TxnBegin, TxnCommit, Value};
 
     use super::*;
 
@@ -589,15 +594,15 @@ mod tests {
         let idx: Vec<u32> = out.iter().map(|e| e.index).collect();
         assert_eq!(idx, [0, 1, 2, 3, 4]);
         assert_eq!(
-            out[0].after.as_deref(),
+            out[0].after_values().as_deref(),
             Some(&[Value::Int8(1), Value::Text("hi".into())][..])
         );
         assert_eq!(
-            out[1].before.as_deref(),
+            out[1].before_values().as_deref(),
             Some(&[Value::Int8(1), Value::Null][..])
         );
         assert_eq!(
-            out[1].after.as_deref(),
+            out[1].after_values().as_deref(),
             Some(&[Value::Int8(2), Value::UnchangedToast][..])
         );
         assert_eq!(out[3].table_name(), Some("a"));

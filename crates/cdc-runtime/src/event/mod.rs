@@ -20,12 +20,20 @@
 //!   events replayed after a restart.
 
 mod convert;
+mod row;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use cdc_core::{Lsn, Oid, PgTimestamp, Value, Xid};
 
+#[cfg(test)]
+pub(crate) use convert::decode_row;
 pub use convert::{ConvertError, EventConverter};
+pub use row::Row;
+#[cfg(test)]
+pub(crate) use row::RowArena;
+pub(crate) use row::{decode_cell, Cell};
 
 /// What happened to the row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -152,7 +160,8 @@ pub struct MessagePayload {
     pub content: Vec<u8>,
 }
 
-/// One row: values in the order of [`TableSchema::columns`].
+/// The decoded values of one row, in the order of [`TableSchema::columns`]
+/// (what a snapshot reads; see [`Row`]).
 ///
 /// A TOASTed column the server did not send stays [`Value::UnchangedToast`]:
 /// its value is unknown, not `NULL`.
@@ -169,9 +178,9 @@ pub struct ChangeEvent {
     /// `REPLICA IDENTITY FULL`, the whole old row. `None` for inserts, for
     /// updates that changed no key column under the default identity,
     /// truncates and messages.
-    pub before: Option<RowValues>,
+    pub before: Option<Row>,
     /// The row after an insert, update or snapshot read.
-    pub after: Option<RowValues>,
+    pub after: Option<Row>,
     /// The message of an [`Operation::Message`] event.
     pub message: Option<MessagePayload>,
     /// Source position and names.
@@ -181,12 +190,12 @@ pub struct ChangeEvent {
 }
 
 /// A view of one column of a row: its schema and its value.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ColumnRef<'a> {
     /// The column's schema.
     pub schema: &'a ColumnSchema,
     /// Its value.
-    pub value: &'a Value<'static>,
+    pub value: Value<'a>,
 }
 
 impl ChangeEvent {
@@ -200,23 +209,46 @@ impl ChangeEvent {
         self.table.as_deref().map(|t| &*t.table)
     }
 
+    /// The values of the row before the change (see [`Row::values`]).
+    pub fn before_values(&self) -> Option<Cow<'_, [Value<'_>]>> {
+        self.row_values(self.before.as_ref())
+    }
+
+    /// The values of the row after the change (see [`Row::values`]).
+    pub fn after_values(&self) -> Option<Cow<'_, [Value<'_>]>> {
+        self.row_values(self.after.as_ref())
+    }
+
+    fn row_values<'a>(&'a self, row: Option<&'a Row>) -> Option<Cow<'a, [Value<'a>]>> {
+        let row = row?;
+        Some(match self.table.as_deref() {
+            Some(table) => row.values(table),
+            None => Cow::Borrowed(row.as_values().unwrap_or_default()),
+        })
+    }
+
     /// The columns of the row before the change, with their names.
     pub fn before_columns(&self) -> impl Iterator<Item = ColumnRef<'_>> {
-        self.columns(self.before.as_deref())
+        self.columns(self.before_values())
     }
 
     /// The columns of the row after the change, with their names.
     pub fn after_columns(&self) -> impl Iterator<Item = ColumnRef<'_>> {
-        self.columns(self.after.as_deref())
+        self.columns(self.after_values())
     }
 
     fn columns<'a>(
         &'a self,
-        row: Option<&'a [Value<'static>]>,
+        row: Option<Cow<'a, [Value<'a>]>>,
     ) -> impl Iterator<Item = ColumnRef<'a>> + 'a {
         let cols = self.table.as_deref().map_or(&[][..], |t| &t.columns[..]);
+        let values = match row {
+            Some(Cow::Owned(v)) => v,
+            Some(Cow::Borrowed(v)) => v.to_vec(),
+            None => Vec::new(),
+        };
         cols.iter()
-            .zip(row.unwrap_or(&[]))
+            .zip(values)
             .map(|(schema, value)| ColumnRef { schema, value })
     }
 }

@@ -73,8 +73,8 @@ pub(crate) fn event_in(
     ChangeEvent {
         op,
         table: Some(table),
-        before,
-        after,
+        before: before.map(crate::event::Row::from_values),
+        after: after.map(crate::event::Row::from_values),
         message: None,
         source: source(),
         index: 0,

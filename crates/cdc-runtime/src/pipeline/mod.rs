@@ -946,7 +946,7 @@ impl Source<'_> {
                             op: crate::event::Operation::Read,
                             table: Some(schema.clone()),
                             before: None,
-                            after: Some(row),
+                            after: Some(crate::event::Row::from_values(row)),
                             message: None,
                             source: ctx.source.clone(),
                             index: ctx.next_index,

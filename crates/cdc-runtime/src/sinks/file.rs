@@ -3,6 +3,7 @@
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::encoding::JsonEncoder;
 use crate::event::ChangeEvent;
@@ -37,7 +38,9 @@ pub struct FileSinkOptions {
 pub struct FileSink {
     base: PathBuf,
     max_bytes: u64,
-    encoder: JsonEncoder,
+    /// Shared with the [`LineEncoder`](crate::encoding::LineEncoder) of a
+    /// batch while the batch's writes borrow the sink.
+    encoder: Arc<JsonEncoder>,
     seq: u32,
     path: PathBuf,
     /// `None` once closed (or while a write is on the blocking pool).
@@ -59,7 +62,7 @@ impl FileSink {
         Ok(FileSink {
             base: options.path,
             max_bytes: options.max_file_bytes,
-            encoder,
+            encoder: Arc::new(encoder),
             seq,
             path,
             file: Some(file),
@@ -145,16 +148,17 @@ impl Sink for FileSink {
         if self.file.is_none() {
             return Err(SinkError::Closed);
         }
-        let now_ms = self.encoder.now_ms();
+        let encoder = Arc::clone(&self.encoder);
+        let mut lines = encoder.lines(encoder.now_ms());
         for ev in batch {
             if self.max_bytes == 0 {
                 // No rotation: encode straight into the buffer.
                 let start = self.buf.len();
-                self.encoder.encode_line_at(ev, now_ms, &mut self.buf);
+                lines.encode_line(ev, &mut self.buf);
                 self.size += (self.buf.len() - start) as u64;
             } else {
                 self.line.clear();
-                self.encoder.encode_line_at(ev, now_ms, &mut self.line);
+                lines.encode_line(ev, &mut self.line);
                 let len = self.line.len() as u64;
                 if self.size > 0 && self.size + len > self.max_bytes {
                     self.rotate().await?;
@@ -328,10 +332,10 @@ mod tests {
                 op: Operation::Create,
                 table: Some(table.clone()),
                 before: None,
-                after: Some(vec![
+                after: Some(crate::event::Row::from_values(vec![
                     Value::Int4(i as i32),
                     Value::Text("x".repeat(text_len).into()),
-                ]),
+                ])),
                 message: None,
                 source: SourceInfo {
                     commit_lsn: Lsn::from_u64(100),

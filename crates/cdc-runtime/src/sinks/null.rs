@@ -48,10 +48,10 @@ impl Sink for NullSink {
             return Err(SinkError::Closed);
         }
         if let Some(enc) = &self.encoder {
-            let now_ms = enc.now_ms();
+            let mut lines = enc.lines(enc.now_ms());
             for ev in batch {
                 self.buf.clear();
-                enc.encode_line_at(ev, now_ms, &mut self.buf);
+                lines.encode_line(ev, &mut self.buf);
                 self.bytes += self.buf.len() as u64;
             }
         }

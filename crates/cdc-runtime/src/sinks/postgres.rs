@@ -343,19 +343,19 @@ impl PgTableSink {
             Operation::Truncate => ops.push((format!("TRUNCATE {target}"), Vec::new())),
             Operation::Delete => {
                 let before = ev
-                    .before
-                    .as_deref()
+                    .before_values()
                     .ok_or(SinkError::Malformed("delete without a row"))?;
                 let keys = self.key_indexes(table)?;
-                ops.push(delete_by_key(&target, table, &keys, before)?);
+                ops.push(delete_by_key(&target, table, &keys, &before)?);
             }
             Operation::Create | Operation::Update | Operation::Read => {
                 let after = ev
-                    .after
-                    .as_deref()
+                    .after_values()
                     .ok_or(SinkError::Malformed("upsert without a row"))?;
+                let after = &after[..];
                 let keys = self.key_indexes(table)?;
-                if let Some(before) = ev.before.as_deref() {
+                if let Some(before) = ev.before_values() {
+                    let before = &before[..];
                     let moved = keys.iter().any(|&k| {
                         let old = before.get(k);
                         old.is_some_and(|v| !v.is_null()) && old != after.get(k)
@@ -375,7 +375,7 @@ fn delete_by_key(
     target: &str,
     table: &TableSchema,
     keys: &[usize],
-    row: &[Value<'static>],
+    row: &[Value<'_>],
 ) -> Result<(String, Vec<TextParam>), SinkError> {
     let mut sql = format!("DELETE FROM {target} WHERE ");
     let mut params = Vec::with_capacity(keys.len());
@@ -394,7 +394,7 @@ fn upsert(
     target: &str,
     table: &TableSchema,
     keys: &[usize],
-    row: &[Value<'static>],
+    row: &[Value<'_>],
 ) -> Result<(String, Vec<TextParam>), SinkError> {
     let mut cols = String::new();
     let mut values = String::new();
@@ -448,9 +448,9 @@ fn upsert(
 
 fn column<'a>(
     table: &'a TableSchema,
-    row: &'a [Value<'static>],
+    row: &'a [Value<'a>],
     i: usize,
-) -> Result<(&'a crate::event::ColumnSchema, &'a Value<'static>), SinkError> {
+) -> Result<(&'a crate::event::ColumnSchema, &'a Value<'a>), SinkError> {
     match (table.columns.get(i), row.get(i)) {
         (Some(c), Some(v)) => Ok((c, v)),
         _ => Err(SinkError::Malformed("row shorter than its table")),

@@ -549,11 +549,11 @@ impl Snapshot {
             self.merger.truncated(&table);
             return;
         }
-        for row in [ev.before.as_deref(), ev.after.as_deref()]
+        for row in [ev.before_values(), ev.after_values()]
             .into_iter()
             .flatten()
         {
-            if let Some(k) = RowKey::of(row, &key) {
+            if let Some(k) = RowKey::of(&row, &key) {
                 self.merger.changed(&table, &k);
             }
         }

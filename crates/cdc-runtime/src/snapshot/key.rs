@@ -34,12 +34,12 @@ impl Hash for RowKey {
 impl RowKey {
     /// The key of `row` at the column indexes `key`; `None` if a key column
     /// is missing or its value unknown (an unchanged TOASTed value).
-    pub fn of(row: &[Value<'static>], key: &[usize]) -> Option<RowKey> {
+    pub fn of(row: &[Value<'_>], key: &[usize]) -> Option<RowKey> {
         let mut values = Vec::with_capacity(key.len());
         for &i in key {
             match row.get(i)? {
                 Value::UnchangedToast => return None,
-                v => values.push(v.clone()),
+                v => values.push(v.clone().into_owned()),
             }
         }
         Some(RowKey(values))

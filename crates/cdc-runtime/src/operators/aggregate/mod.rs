@@ -19,7 +19,7 @@ use cdc_core::{Numeric, Value};
 use checkpoint_api::{OperatorStateError, StatefulOperator};
 
 use super::{CommitContext, Operator, OperatorError};
-use crate::event::{ChangeEvent, ColumnSchema, Operation, RowValues, TableSchema};
+use crate::event::{ChangeEvent, ColumnSchema, Operation, TableSchema};
 use groups::GroupIds;
 use rows::{Row, RowId};
 
@@ -395,8 +395,8 @@ impl KeyedAggregate {
         &self,
         table: &TableSchema,
         plan: &Plan,
-        row: &RowValues,
-        before: Option<&RowValues>,
+        row: &[Value<'_>],
+        before: Option<&[Value<'_>]>,
         op: &'static str,
     ) -> Result<RowId, OperatorError> {
         let mut values = Vec::with_capacity(plan.key.len());
@@ -449,8 +449,8 @@ impl KeyedAggregate {
     fn upsert(
         &mut self,
         table: &Arc<TableSchema>,
-        before: Option<&RowValues>,
-        after: &RowValues,
+        before: Option<&[Value<'_>]>,
+        after: &[Value<'_>],
         op: &'static str,
     ) -> Result<(), OperatorError> {
         let plan = self.plan(table, op)?;
@@ -552,8 +552,8 @@ impl KeyedAggregate {
         ChangeEvent {
             op,
             table: Some(self.output.clone()),
-            before,
-            after,
+            before: before.map(crate::event::Row::from_values),
+            after: after.map(crate::event::Row::from_values),
             message: None,
             source: commit.source.clone(),
             index,
@@ -565,10 +565,10 @@ impl KeyedAggregate {
 /// `before` when that carries the column (a key column of the event).
 fn sent<'r>(
     table: &TableSchema,
-    row: &'r RowValues,
-    before: Option<&'r RowValues>,
+    row: &'r [Value<'r>],
+    before: Option<&'r [Value<'r>]>,
     i: usize,
-) -> Option<&'r Value<'static>> {
+) -> Option<&'r Value<'r>> {
     match row.get(i)? {
         Value::UnchangedToast => before
             .filter(|_| table.columns.get(i).is_some_and(|c| c.is_key))
@@ -677,17 +677,17 @@ impl Operator for KeyedAggregate {
                     Operation::Read => "read",
                     _ => "update",
                 };
-                if let Some(after) = &event.after {
-                    self.upsert(table, event.before.as_ref(), after, op)?;
+                if let Some(after) = event.after_values() {
+                    let before = event.before_values();
+                    self.upsert(table, before.as_deref(), &after, op)?;
                 }
             }
             Operation::Delete => {
                 let plan = self.plan(table, "delete")?;
                 let before = event
-                    .before
-                    .as_ref()
+                    .before_values()
                     .ok_or_else(|| self.missing("delete", "(row key)"))?;
-                let id = self.row_id(table, &plan, before, None, "delete")?;
+                let id = self.row_id(table, &plan, &before, None, "delete")?;
                 self.set(id, None);
             }
             Operation::Truncate => {

@@ -50,14 +50,14 @@ fn commit_and_check(a: &mut KeyedAggregate, restore: bool) {
     for e in &out {
         let (key, g) = match e.op {
             Operation::Update => {
-                let after = e.after.as_ref().unwrap();
+                let after = e.after_values().unwrap();
                 let count = match after[1] {
                     Value::Int8(c) => c,
                     _ => panic!("{e:?}"),
                 };
                 (after[0].clone(), Some(count))
             }
-            _ => (e.before.as_ref().unwrap()[0].clone(), None),
+            _ => (e.before_values().unwrap()[0].clone(), None),
         };
         let key: GroupKey = match key {
             Value::Text(t) => Some(t.into_owned()),

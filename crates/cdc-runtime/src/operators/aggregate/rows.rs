@@ -47,9 +47,7 @@ impl RowId {
 
     /// The key of `values` (one per key column, in key order); `None` if
     /// one is unknown (an unchanged TOASTed value).
-    pub(crate) fn encode<'v>(
-        values: impl IntoIterator<Item = &'v Value<'static>>,
-    ) -> Option<RowId> {
+    pub(crate) fn encode<'v>(values: impl IntoIterator<Item = &'v Value<'v>>) -> Option<RowId> {
         let mut out = Vec::with_capacity(16);
         let mut seg = Vec::with_capacity(16);
         for v in values {
@@ -152,7 +150,7 @@ const CHAR: u8 = 7;
 /// value (as the snapshot merge's row keys use).
 const OTHER: u8 = 255;
 
-fn encode_value(v: &Value<'static>, out: &mut Vec<u8>) -> Option<()> {
+fn encode_value(v: &Value<'_>, out: &mut Vec<u8>) -> Option<()> {
     let int = |out: &mut Vec<u8>, i: i64| {
         out.push(INT);
         put_uvarint(out, zigzag(i128::from(i)));

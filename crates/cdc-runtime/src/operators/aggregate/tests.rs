@@ -66,7 +66,7 @@ fn aggregate_tracks_inserts_updates_deletes_and_emits_upserts() {
     assert_eq!(out[0].op, Operation::Update);
     assert_eq!(out[0].table_name(), Some("totals"));
     assert_eq!(out[0].schema_name(), Some("pgcdc"));
-    let after = out[0].after.as_ref().unwrap();
+    let after = out[0].after_values().unwrap();
     assert_eq!(after[0], Value::Text("10".into()));
     assert_eq!(after[1], Value::Int8(2));
     assert_eq!(
@@ -81,7 +81,7 @@ fn aggregate_tracks_inserts_updates_deletes_and_emits_upserts() {
     let out = commit(&mut a, 0);
     assert_eq!(out.len(), 2);
     assert_eq!(out[0].op, Operation::Delete, "group 10 is gone");
-    assert_eq!(out[0].before.as_ref().unwrap()[0], Value::Text("10".into()));
+    assert_eq!(out[0].before_values().unwrap()[0], Value::Text("10".into()));
     assert_eq!(a.groups(), &groups(&[(20, 1, 8)]));
     assert_eq!(a.rows(), 1);
 }
@@ -332,7 +332,7 @@ fn a_truncate_empties_and_later_changes_count_from_zero() {
         .map(|e| {
             (
                 e.op,
-                e.after.as_ref().or(e.before.as_ref()).unwrap()[0].clone(),
+                e.after_values().or(e.before_values()).unwrap()[0].clone(),
             )
         })
         .collect();
@@ -514,7 +514,7 @@ fn a_sum_that_overflows_on_the_way_comes_back_exact() {
     on(&mut a, insert(row(2, 1, "1")));
     on(&mut a, delete(2));
     let out = commit(&mut a, 0);
-    let after = out[0].after.as_ref().unwrap();
+    let after = out[0].after_values().unwrap();
     assert_eq!(
         after[2],
         Value::Numeric(Numeric::parse(big).unwrap().into_owned())

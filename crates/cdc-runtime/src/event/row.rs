@@ -1,0 +1,180 @@
+//! [`Row`]: the values of one row, decoded or as the server sent them.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use bytes::{Bytes, BytesMut};
+use cdc_core::pgoutput::TupleIter;
+use cdc_core::{decode_binary, decode_text, TupleData, TupleValue, Value};
+
+use super::TableSchema;
+
+/// One row: values in the order of [`TableSchema::columns`].
+///
+/// A row of a streamed change keeps the columns as pgoutput sent them, in a
+/// slice of a buffer shared by many rows, and decodes them when asked
+/// ([`values`](Self::values)): building and dropping such a row allocates
+/// nothing per value. The converter decoded every column once already, so
+/// decoding again cannot fail. Rows read by a snapshot or derived by an
+/// operator hold decoded values ([`Row::from_values`]).
+///
+/// A TOASTed column the server did not send stays [`Value::UnchangedToast`]:
+/// its value is unknown, not `NULL`.
+#[derive(Clone, PartialEq)]
+pub struct Row(Repr);
+
+#[derive(Clone, PartialEq)]
+enum Repr {
+    Values(Vec<Value<'static>>),
+    /// The encoded columns of a pgoutput TupleData (validated, and every
+    /// column decoded once by its type without error).
+    Wire {
+        columns: Bytes,
+        count: u16,
+    },
+}
+
+/// One column of a [`Row`]: a decoded value or the column as sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Cell<'r> {
+    Value(&'r Value<'static>),
+    Wire(TupleValue<'r>),
+}
+
+impl Row {
+    /// A row of decoded values.
+    pub fn from_values(values: Vec<Value<'static>>) -> Self {
+        Row(Repr::Values(values))
+    }
+
+    /// A row of pgoutput columns (see [`RowArena`]).
+    fn wire(columns: Bytes, count: u16) -> Self {
+        Row(Repr::Wire { columns, count })
+    }
+
+    /// The number of columns.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Values(v) => v.len(),
+            Repr::Wire { count, .. } => usize::from(*count),
+        }
+    }
+
+    /// Whether the row has no columns.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The decoded values, if the row holds them (see [`values`](Self::values)).
+    pub fn as_values(&self) -> Option<&[Value<'static>]> {
+        match &self.0 {
+            Repr::Values(v) => Some(v),
+            Repr::Wire { .. } => None,
+        }
+    }
+
+    /// The values, decoded by the column types of `table` (the table of the
+    /// event the row belongs to), borrowing text from the row.
+    pub fn values<'r>(&'r self, table: &TableSchema) -> Cow<'r, [Value<'r>]> {
+        match &self.0 {
+            Repr::Values(v) => Cow::Borrowed(v.as_slice()),
+            Repr::Wire { .. } => Cow::Owned(
+                self.cells()
+                    .zip(&table.columns)
+                    .map(|(cell, col)| match cell {
+                        Cell::Value(v) => v.clone(),
+                        Cell::Wire(tv) => decode_cell(tv, col.type_oid),
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The columns in order, decoded or as sent.
+    pub(crate) fn cells(&self) -> Cells<'_> {
+        match &self.0 {
+            Repr::Values(v) => Cells::Values(v.iter()),
+            // Validated when the row was built; an error ends the columns.
+            Repr::Wire { columns, count } => {
+                Cells::Wire(TupleData::iter_raw_columns(columns, *count).ok())
+            }
+        }
+    }
+}
+
+impl From<Vec<Value<'static>>> for Row {
+    fn from(values: Vec<Value<'static>>) -> Self {
+        Row::from_values(values)
+    }
+}
+
+impl fmt::Debug for Row {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut list = f.debug_list();
+        for cell in self.cells() {
+            match cell {
+                Cell::Value(v) => list.entry(v),
+                Cell::Wire(tv) => list.entry(&tv),
+            };
+        }
+        list.finish()
+    }
+}
+
+/// Iterator over the columns of a [`Row`].
+pub(crate) enum Cells<'r> {
+    Values(std::slice::Iter<'r, Value<'static>>),
+    Wire(Option<TupleIter<'r>>),
+}
+
+impl<'r> Iterator for Cells<'r> {
+    type Item = Cell<'r>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Cell<'r>> {
+        match self {
+            Cells::Values(it) => it.next().map(Cell::Value),
+            Cells::Wire(it) => it.as_mut()?.next().map(Cell::Wire),
+        }
+    }
+}
+
+/// Where the rows of streamed changes keep their columns: one buffer that
+/// many rows share slices of (each a reference count, no allocation), a new
+/// one allocated once the last is full.
+#[derive(Debug, Default)]
+pub(crate) struct RowArena {
+    buf: BytesMut,
+}
+
+/// Bytes allocated at a time for rows.
+const ARENA_CHUNK: usize = 64 * 1024;
+
+impl RowArena {
+    /// A row of the columns of `tuple` (which the caller has decoded once).
+    pub(crate) fn row(&mut self, tuple: &TupleData<'_>) -> Row {
+        let raw = tuple.raw_columns();
+        if self.buf.capacity() - self.buf.len() < raw.len() {
+            // The old buffer stays alive as long as rows point into it.
+            self.buf = BytesMut::with_capacity(raw.len().max(ARENA_CHUNK));
+        }
+        self.buf.extend_from_slice(raw);
+        let count = u16::try_from(tuple.len()).unwrap_or(u16::MAX);
+        Row::wire(self.buf.split().freeze(), count)
+    }
+}
+
+/// Decodes a column the converter decoded before (so it cannot fail; if it
+/// did, the bytes are kept as a value of an unknown type rather than lost).
+pub(crate) fn decode_cell(tv: TupleValue<'_>, type_oid: cdc_core::Oid) -> Value<'_> {
+    let decoded = match tv {
+        TupleValue::Null => Ok(Value::Null),
+        TupleValue::UnchangedToast => Ok(Value::UnchangedToast),
+        TupleValue::Text(raw) => decode_text(type_oid, raw),
+        TupleValue::Binary(raw) => decode_binary(type_oid, raw),
+    };
+    decoded.unwrap_or_else(|_| Value::OtherBinary {
+        type_oid,
+        bytes: Cow::Borrowed(tv.bytes().unwrap_or_default()),
+    })
+}
