@@ -4,12 +4,12 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::error::{DbError, ReplicationError};
-use super::wire::{split_frame, Frame};
+use super::wire::{peek_frame, split_frame, Frame, Peek};
 
 /// Bytes requested per socket read. Large reads keep the syscall count low at
 /// high WAL rates; messages are sliced out of this buffer without copying.
@@ -123,6 +123,63 @@ impl Transport {
         }
     }
 
+    /// Hands the bodies of the complete messages of type `tag` at the front
+    /// of the read buffer to `f`, in place (no copy, no allocation, no
+    /// reference count per message), and drops them from the buffer. Stops
+    /// at a message of another type ([`InPlace::Other`], left for
+    /// [`read_frame`](Self::read_frame)) or at an incomplete one
+    /// ([`InPlace::NeedMore`]: call [`fill`](Self::fill)). An error from
+    /// `f` is returned at once; the message it failed on and those after it
+    /// stay in the buffer.
+    pub(crate) fn take_in_place<E>(
+        &mut self,
+        tag: u8,
+        f: &mut impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<InPlace, E>
+    where
+        E: From<ReplicationError>,
+    {
+        let mut used = 0;
+        let outcome = loop {
+            let rest = self.read.get(used..).unwrap_or_default();
+            match peek_frame(rest).map_err(ReplicationError::from)? {
+                Peek::Complete { tag: t, body } if t == tag => {
+                    let total = body.len() + 5;
+                    if let Err(e) = f(body) {
+                        self.read.advance(used);
+                        return Err(e);
+                    }
+                    used += total;
+                }
+                Peek::Complete { .. } => break InPlace::Other,
+                Peek::Incomplete { total } => {
+                    let missing = total.saturating_sub(rest.len());
+                    self.read.advance(used);
+                    used = 0;
+                    if self.read.capacity() - self.read.len() < missing {
+                        self.read.reserve(missing);
+                    }
+                    break InPlace::NeedMore;
+                }
+            }
+        };
+        self.read.advance(used);
+        Ok(outcome)
+    }
+
+    /// Reads the socket once, into at least `MIN_FREE` bytes of room (more
+    /// if a partly read message needs it, see [`take_in_place`](Self::take_in_place)).
+    pub(crate) async fn fill(&mut self) -> Result<(), ReplicationError> {
+        if self.read.capacity() - self.read.len() < MIN_FREE {
+            self.read.reserve(READ_CHUNK);
+        }
+        let n = self.socket.read_buf(&mut self.read).await?;
+        if n == 0 {
+            return Err(ReplicationError::Closed);
+        }
+        Ok(())
+    }
+
     /// The next complete backend message if one is buffered; never reads.
     pub(crate) fn buffered_frame(&mut self) -> Result<Option<Frame>, ReplicationError> {
         Ok(split_frame(&mut self.read)?)
@@ -145,6 +202,15 @@ impl Transport {
         self.send().await?;
         self.socket.shutdown().await.map_err(ReplicationError::Io)
     }
+}
+
+/// Where [`Transport::take_in_place`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InPlace {
+    /// A complete message of another type is next.
+    Other,
+    /// The next message is not complete: read more.
+    NeedMore,
 }
 
 /// Logs a `NoticeResponse` (or an unparsable one).

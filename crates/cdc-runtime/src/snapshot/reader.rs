@@ -9,7 +9,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{pin_mut, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch, Mutex, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -20,6 +19,7 @@ use super::copy::RowDecoder;
 use super::merge::ChunkId;
 use super::{SnapshotError, SnapshotOptions, WATERMARK_PREFIX};
 use crate::event::RowValues;
+use crate::replication::{ReplicationConfig, ReplicationConnection};
 use crate::tls_connect::PgClientSettings;
 
 /// A key range `(lo, hi]` of one table; `None` is unbounded. Keys are the
@@ -208,6 +208,7 @@ async fn boundary(
 /// Starts `readers` chunk readers from `start`; they end when every table
 /// is read. `done_tables` counts the tables the pipeline finished.
 pub(crate) fn spawn(
+    replication: ReplicationConfig,
     settings: PgClientSettings,
     tables: Arc<Vec<SnapshotTable>>,
     start: Start,
@@ -236,6 +237,7 @@ pub(crate) fn spawn(
     let mut set = JoinSet::new();
     for _ in 0..readers {
         let reader = Reader {
+            replication: replication.clone(),
             settings: settings.clone(),
             tables: tables.clone(),
             planner: planner.clone(),
@@ -250,6 +252,9 @@ pub(crate) fn spawn(
 }
 
 struct Reader {
+    /// Where chunks are read, on a session of pgcdc's own protocol client.
+    replication: ReplicationConfig,
+    /// Where watermarks are written and chunks planned (tokio-postgres).
     settings: PgClientSettings,
     tables: Arc<Vec<SnapshotTable>>,
     planner: Arc<Mutex<Planner>>,
@@ -268,6 +273,18 @@ pub async fn connect(settings: &PgClientSettings) -> Result<Client, SnapshotErro
         .batch_execute("SET synchronous_commit = on; SET statement_timeout = 0")
         .await?;
     Ok(client)
+}
+
+/// Opens the session chunks are read on: pgcdc's own protocol client,
+/// which hands COPY rows over in place from 128 KiB socket reads (see
+/// [`ReplicationConnection::copy_out`]), with the replication connection's
+/// session settings (so text reads print values as the stream does).
+async fn connect_reading(
+    config: &ReplicationConfig,
+) -> Result<ReplicationConnection, SnapshotError> {
+    let mut conn = ReplicationConnection::connect_session(config).await?;
+    conn.simple_query("SET statement_timeout = 0").await?;
+    Ok(conn)
 }
 
 /// A chunk whose low watermark is written and whose open transactions
@@ -298,7 +315,7 @@ impl Reader {
     /// next chunk's `LW` may come before `HW(c)`: windows overlap, which
     /// the merge allows.
     async fn run(mut self) -> Result<(), SnapshotError> {
-        let client = connect(&self.settings).await?;
+        let mut client = connect_reading(&self.replication).await?;
         let marks = connect(&self.settings).await?;
         let mut high: Option<ChunkId> = None;
         let mut next = self.prepare(&marks).await?;
@@ -344,7 +361,7 @@ impl Reader {
             // The first error ends both (a side waiting for a permit would
             // otherwise wait for chunks that will never finish).
             let (rows, prepared) =
-                tokio::try_join!(read_range(&client, table, &current.range), side)?;
+                tokio::try_join!(read_range(&mut client, table, &current.range), side)?;
             tracing::debug!(table = %table.display_name(), chunk = current.chunk,
                 lo = %key_text(&current.range.lo), hi = %key_text(&current.range.hi),
                 rows = rows.len(), read_us = started.elapsed().as_micros() as u64,
@@ -495,7 +512,7 @@ async fn wait_for_open_transactions(
 /// Reads the rows of `range` through `COPY ... TO STDOUT` (binary where
 /// the column types allow, see [`RowDecoder`]).
 pub(crate) async fn read_range(
-    client: &Client,
+    conn: &mut ReplicationConnection,
     table: &SnapshotTable,
     range: &KeyRange,
 ) -> Result<Vec<RowValues>, SnapshotError> {
@@ -515,14 +532,15 @@ pub(crate) async fn read_range(
         query.push_str(&conditions.join(" AND "));
     }
     let mut decoder = RowDecoder::new(table);
-    let stream = client.copy_out(&decoder.copy_statement(&query)).await?;
-    pin_mut!(stream);
+    let statement = decoder.copy_statement(&query);
     let mut rows = Vec::new();
-    while let Some(msg) = stream.try_next().await? {
-        if let Some(row) = decoder.decode(&msg)? {
+    conn.copy_out(&statement, |msg| {
+        if let Some(row) = decoder.decode(msg)? {
             rows.push(row);
         }
-    }
+        Ok::<_, SnapshotError>(())
+    })
+    .await?;
     decoder.finish()?;
     Ok(rows)
 }
