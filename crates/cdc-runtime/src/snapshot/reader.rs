@@ -383,6 +383,7 @@ pub(crate) fn spawn(
             planner: planner.clone(),
             permits: permits.clone(),
             token: start.token.clone(),
+            chunk_size: usize::try_from(options.chunk_size.max(1)).unwrap_or(usize::MAX),
             tx: tx.clone(),
             done_tables: done_tables.clone(),
         };
@@ -400,6 +401,8 @@ struct Reader {
     planner: Arc<Mutex<Planner>>,
     permits: Arc<Semaphore>,
     token: Arc<str>,
+    /// Rows a chunk is planned to hold (a capacity hint for its rows).
+    chunk_size: usize,
     tx: mpsc::UnboundedSender<ToSource>,
     done_tables: watch::Receiver<usize>,
 }
@@ -500,8 +503,10 @@ impl Reader {
             let started = std::time::Instant::now();
             // The first error ends both (a side waiting for a permit would
             // otherwise wait for chunks that will never finish).
-            let (rows, prepared) =
-                tokio::try_join!(read_range(&mut client, table, &current.range), side)?;
+            let (rows, prepared) = tokio::try_join!(
+                read_range(&mut client, table, &current.range, self.chunk_size),
+                side
+            )?;
             tracing::debug!(table = %table.display_name(), chunk = current.chunk,
                 lo = %key_text(&current.range.lo), hi = %key_text(&current.range.hi),
                 rows = rows.len(), read_us = started.elapsed().as_micros() as u64,
@@ -659,6 +664,7 @@ pub(crate) async fn read_range(
     conn: &mut ReplicationConnection,
     table: &SnapshotTable,
     range: &KeyRange,
+    expected: usize,
 ) -> Result<Vec<RowValues>, SnapshotError> {
     let mut conditions = Vec::new();
     if let Some(lo) = &range.lo {
@@ -677,7 +683,8 @@ pub(crate) async fn read_range(
     }
     let mut decoder = RowDecoder::new(table);
     let statement = decoder.copy_statement(&query);
-    let mut rows = Vec::new();
+    // Room for a whole chunk at once (no regrowth copies), within reason.
+    let mut rows = Vec::with_capacity(expected.min(1 << 16));
     conn.copy_out(&statement, |msg| {
         if let Some(row) = decoder.decode(msg)? {
             rows.push(row);
