@@ -183,23 +183,10 @@ impl Planner {
                 None => DenseState::Off,
             };
         }
-        let DenseState::On(d) = &self.dense else {
-            return Ok(None);
-        };
-        let Ok(step) = i64::try_from(self.chunk_size) else {
-            return Ok(None);
-        };
-        let hi = match lo {
-            None => d.min.checked_add(step - 1),
-            Some([lo]) => match lo.parse::<i64>() {
-                Ok(lo) => lo.checked_add(step),
-                Err(_) => return Ok(None),
-            },
-            Some(_) => return Ok(None),
-        };
-        Ok(Some(
-            hi.filter(|&h| h <= d.max).map(|h| vec![h.to_string()]),
-        ))
+        match &self.dense {
+            DenseState::On(d) => Ok(d.bound(lo, self.chunk_size)),
+            _ => Ok(None),
+        }
     }
 
     /// A chunk of table `table` was read and held `rows` rows: a dense
@@ -251,6 +238,19 @@ struct Dense {
 }
 
 impl Dense {
+    /// The upper bound of the chunk after `lo`: `chunk_size` key values on
+    /// (`None` inside: unbounded, once that passes `max`); `None` if `lo`
+    /// is not an integer (then the boundary query decides).
+    fn bound(&self, lo: Option<&[String]>, chunk_size: u64) -> Option<Option<Vec<String>>> {
+        let step = i64::try_from(chunk_size).ok()?;
+        let hi = match lo {
+            None => self.min.checked_add(step - 1),
+            Some([lo]) => lo.parse::<i64>().ok()?.checked_add(step),
+            Some(_) => return None,
+        };
+        Some(hi.filter(|&h| h <= self.max).map(|h| vec![h.to_string()]))
+    }
+
     /// The key's range, if `table` qualifies (two index lookups).
     async fn probe(
         client: &Client,
@@ -694,4 +694,89 @@ pub(crate) async fn read_range(
     .await?;
     decoder.finish()?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dense(min: i64, max: i64) -> Dense {
+        Dense {
+            min,
+            max,
+            reads: 0,
+            rows: 0,
+        }
+    }
+
+    fn key(k: i64) -> Vec<String> {
+        vec![k.to_string()]
+    }
+
+    #[test]
+    fn dense_chunks_are_chunk_size_keys_like_the_boundary_query() {
+        // Keys 1..=10, chunks of 4: (-, 4], (4, 8], (8, -) as the boundary
+        // query plans them (an OFFSET past the last key gives no bound).
+        let d = dense(1, 10);
+        assert_eq!(d.bound(None, 4), Some(Some(key(4))));
+        assert_eq!(d.bound(Some(&key(4)), 4), Some(Some(key(8))));
+        assert_eq!(d.bound(Some(&key(8)), 4), Some(None));
+        // Exactly at the last key: one more (empty) open chunk follows.
+        assert_eq!(d.bound(Some(&key(6)), 4), Some(Some(key(10))));
+        assert_eq!(d.bound(Some(&key(10)), 4), Some(None));
+        // Fewer keys than a chunk: one open chunk.
+        assert_eq!(dense(5, 6).bound(None, 4), Some(None));
+        // Negative keys, and a resumed cursor outside the probed range.
+        assert_eq!(dense(-10, 10).bound(None, 4), Some(Some(key(-7))));
+        assert_eq!(
+            dense(1, 10).bound(Some(&key(-100)), 4),
+            Some(Some(key(-96)))
+        );
+    }
+
+    #[test]
+    fn dense_bounds_never_overflow_or_guess() {
+        let d = dense(i64::MAX - 2, i64::MAX);
+        assert_eq!(d.bound(None, 2), Some(Some(key(i64::MAX - 1))));
+        assert_eq!(d.bound(Some(&key(i64::MAX - 1)), 2), Some(None));
+        assert_eq!(d.bound(Some(&key(i64::MAX)), u64::MAX), None);
+        // A cursor that is not one integer: the boundary query decides.
+        assert_eq!(d.bound(Some(&["x".to_owned()]), 2), None);
+        assert_eq!(d.bound(Some(&[]), 2), None);
+        assert_eq!(d.bound(Some(&[key(1), key(2)].concat()), 2), None);
+    }
+
+    fn planner(chunk_size: u64) -> Planner {
+        let (_, done) = watch::channel(0);
+        Planner {
+            tables: Arc::new(Vec::new()),
+            table: 0,
+            cursor: PlanCursor::default(),
+            redo: VecDeque::new(),
+            next_chunk: 1,
+            chunk_size,
+            dense: DenseState::On(dense(1, 1_000_000)),
+            done,
+        }
+    }
+
+    #[test]
+    fn mostly_empty_computed_chunks_go_back_to_the_boundary_query() {
+        let mut p = planner(100);
+        for _ in 0..20 {
+            p.observe(0, 90);
+        }
+        assert!(
+            matches!(p.dense, DenseState::On(_)),
+            "dense chunks stay computed"
+        );
+        p.observe(1, 0);
+        assert!(matches!(p.dense, DenseState::On(_)), "another table's read");
+        let mut p = planner(100);
+        for i in 0..8 {
+            assert!(matches!(p.dense, DenseState::On(_)), "after {i} reads");
+            p.observe(0, 10);
+        }
+        assert!(matches!(p.dense, DenseState::Off));
+    }
 }
