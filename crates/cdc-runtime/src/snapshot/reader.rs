@@ -425,7 +425,8 @@ pub async fn connect(settings: &PgClientSettings) -> Result<Client, SnapshotErro
 async fn connect_reading(
     config: &ReplicationConfig,
 ) -> Result<ReplicationConnection, SnapshotError> {
-    let mut conn = ReplicationConnection::connect_session(config).await?;
+    let config = config.clone().application_name("pgcdc snapshot");
+    let mut conn = ReplicationConnection::connect_session(&config).await?;
     conn.simple_query("SET statement_timeout = 0").await?;
     Ok(conn)
 }
