@@ -15,6 +15,8 @@
 //!   until the snapshot is complete and every row has reached the sink
 //!   (low/high watermarks, the merge with the stream and the events included).
 //!
+//! The process uses the pgcdc binary's allocator (mimalloc).
+//!
 //! Rows/s and MB/s (MB of COPY text output, the same for both) are medians;
 //! the ratio is the median of the per-repetition ratios of pgcdc's throughput
 //! to COPY's. `cargo bench -p pgcdc-benches --bench snapshot`.
@@ -29,6 +31,11 @@ use cdc_runtime::sinks::NullSink;
 use cdc_runtime::snapshot::{published_tables, SnapshotOptions, SnapshotPlan, SnapshotState};
 use integration_tests::{ClusterOptions, TestPostgres};
 use pgcdc_benches::{median, uptime};
+
+/// The pgcdc binary's allocator (see `src/bin/pgcdc.rs`), so the client side
+/// costs what it costs in the binary.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)

@@ -41,7 +41,7 @@
 //!
 //! [snapshot]
 //! mode = "initial"              # initial | latest | snapshot_only | from_lsn
-//! chunk_size = 8192             # rows per chunk of a table with a key
+//! chunk_size = 32768            # rows per chunk of a table with a key
 //! readers = 2                   # chunks read at once
 //! ```
 //!

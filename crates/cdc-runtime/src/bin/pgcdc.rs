@@ -11,6 +11,12 @@ use cdc_runtime::setup::{prepare, SetupMode};
 use checkpoint_api::{CheckpointId, CheckpointStore, JobName, OwnerId};
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// mimalloc: the snapshot's readers allocate row values on one thread and the
+/// sinks free them on another, which glibc's malloc serves without a thread
+/// cache hit on either side (a third of the client's instructions per row).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const EXAMPLES: &str = "\
 Examples:
   # See it work in under a minute (needs the PostgreSQL server programs):

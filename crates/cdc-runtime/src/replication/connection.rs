@@ -18,7 +18,7 @@ use super::config::{ConfigError, ReplicationConfig};
 use super::error::{DbError, ProtocolError, ReplicationError, TlsError};
 use super::stream::ReplicationStream;
 use super::tls;
-use super::transport::{log_notice, Socket, Transport};
+use super::transport::{log_notice, InPlace, Socket, Transport};
 use super::wire::{
     parse_command_complete, parse_data_row, parse_error_fields, parse_parameter_status,
     parse_row_description,
@@ -104,8 +104,25 @@ impl ReplicationConnection {
     /// Connects, negotiates TLS as `sslmode` says, authenticates and waits for
     /// the server to be ready. The whole sequence is bounded by the connect timeout.
     pub async fn connect(config: &ReplicationConfig) -> Result<Self, ReplicationError> {
+        Self::connect_as(config, true).await
+    }
+
+    /// An ordinary session (no `replication` startup parameter, so no
+    /// walsender) with the host, credentials, TLS and session settings of
+    /// `config`: the snapshot reads its chunks through one with
+    /// [`copy_out`](Self::copy_out). Only SQL applies, no replication command.
+    pub(crate) async fn connect_session(
+        config: &ReplicationConfig,
+    ) -> Result<Self, ReplicationError> {
+        Self::connect_as(config, false).await
+    }
+
+    async fn connect_as(
+        config: &ReplicationConfig,
+        replication: bool,
+    ) -> Result<Self, ReplicationError> {
         let timeout = config.get_connect_timeout();
-        match tokio::time::timeout(timeout, Self::connect_inner(config)).await {
+        match tokio::time::timeout(timeout, Self::connect_inner(config, replication)).await {
             Ok(result) => result,
             Err(_) => Err(ReplicationError::ConnectTimeout {
                 addr: display_addr(config),
@@ -114,7 +131,10 @@ impl ReplicationConnection {
         }
     }
 
-    async fn connect_inner(config: &ReplicationConfig) -> Result<Self, ReplicationError> {
+    async fn connect_inner(
+        config: &ReplicationConfig,
+        replication: bool,
+    ) -> Result<Self, ReplicationError> {
         let tls_config = tls::client_config(config)?;
         let port = config.get_port();
         let tcp = match config.get_hostaddr() {
@@ -138,7 +158,7 @@ impl ReplicationConnection {
             backend_pid: None,
             server_version_num: None,
         };
-        conn.startup(config).await?;
+        conn.startup(config, replication).await?;
         tracing::debug!(
             config = %config,
             tls = conn.is_tls(),
@@ -148,7 +168,11 @@ impl ReplicationConnection {
         Ok(conn)
     }
 
-    async fn startup(&mut self, config: &ReplicationConfig) -> Result<(), ReplicationError> {
+    async fn startup(
+        &mut self,
+        config: &ReplicationConfig,
+        replication: bool,
+    ) -> Result<(), ReplicationError> {
         let params = [
             ("user", config.get_user()),
             ("database", config.get_dbname()),
@@ -167,6 +191,9 @@ impl ReplicationConnection {
                 .into());
             }
         }
+        let params = params
+            .into_iter()
+            .filter(|(key, _)| replication || *key != "replication");
         frontend::startup_message(params, &mut self.transport.write)?;
         self.transport.send().await?;
         authenticate(&mut self.transport, config).await?;
@@ -307,6 +334,69 @@ impl ReplicationConnection {
         match error {
             Some(e) => Err(e.into()),
             None => Ok(results),
+        }
+    }
+
+    /// Runs `sql`, a `COPY … TO STDOUT`, with the simple-query protocol and
+    /// hands the payload of each CopyData message to `on_data`, in order and
+    /// in place in the read buffer: the socket is read in chunks of up to
+    /// 128 KiB and a message costs no copy, allocation or channel hop.
+    ///
+    /// A server error is returned after the server is ready again, so the
+    /// connection stays usable. An error from `on_data` is returned at once
+    /// and leaves the connection inside the COPY: drop it.
+    pub(crate) async fn copy_out<E>(
+        &mut self,
+        sql: &str,
+        mut on_data: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E>
+    where
+        E: From<ReplicationError>,
+    {
+        if sql.contains('\0') {
+            return Err(
+                ReplicationError::InvalidArgument("the query contains a NUL byte".into()).into(),
+            );
+        }
+        frontend::query(sql, &mut self.transport.write).map_err(ReplicationError::from)?;
+        self.transport.send().await?;
+        let mut copying = false;
+        let mut error: Option<DbError> = None;
+        loop {
+            if copying {
+                match self.transport.take_in_place(b'd', &mut on_data)? {
+                    InPlace::Other => {}
+                    InPlace::NeedMore => {
+                        self.transport.fill().await?;
+                        continue;
+                    }
+                }
+            }
+            let frame = self.transport.read_frame().await?;
+            match frame.tag {
+                b'H' if !copying && error.is_none() => copying = true,
+                b'd' if copying => on_data(&frame.body)?,
+                b'c' if copying => copying = false,
+                b'C' => {}
+                b'E' => {
+                    copying = false;
+                    error = Some(parse_error_fields(frame.body).map_err(ReplicationError::from)?);
+                }
+                b'N' => log_notice(parse_error_fields(frame.body)),
+                b'S' => self.set_parameter(frame.body)?,
+                b'Z' => break,
+                tag => {
+                    return Err(ReplicationError::from(ProtocolError::Unexpected {
+                        tag: char::from(tag),
+                        state: "reading a COPY TO STDOUT",
+                    })
+                    .into())
+                }
+            }
+        }
+        match error {
+            Some(e) => Err(ReplicationError::from(e).into()),
+            None => Ok(()),
         }
     }
 

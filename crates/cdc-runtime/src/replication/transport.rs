@@ -4,12 +4,12 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::error::{DbError, ReplicationError};
-use super::wire::{split_frame, Frame};
+use super::wire::{peek_frame, split_frame, Frame, Peek};
 
 /// Bytes requested per socket read. Large reads keep the syscall count low at
 /// high WAL rates; messages are sliced out of this buffer without copying.
@@ -123,6 +123,38 @@ impl Transport {
         }
     }
 
+    /// Hands the bodies of the complete messages of type `tag` at the front
+    /// of the read buffer to `f`, in place (no copy, no allocation, no
+    /// reference count per message), and drops them from the buffer. Stops
+    /// at a message of another type ([`InPlace::Other`], left for
+    /// [`read_frame`](Self::read_frame)) or at an incomplete one
+    /// ([`InPlace::NeedMore`]: call [`fill`](Self::fill)). An error from
+    /// `f` is returned at once; the message it failed on and those after it
+    /// stay in the buffer.
+    pub(crate) fn take_in_place<E>(
+        &mut self,
+        tag: u8,
+        f: &mut impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<InPlace, E>
+    where
+        E: From<ReplicationError>,
+    {
+        take_in_place(&mut self.read, tag, f)
+    }
+
+    /// Reads the socket once, into at least `MIN_FREE` bytes of room (more
+    /// if a partly read message needs it, see [`take_in_place`](Self::take_in_place)).
+    pub(crate) async fn fill(&mut self) -> Result<(), ReplicationError> {
+        if self.read.capacity() - self.read.len() < MIN_FREE {
+            self.read.reserve(READ_CHUNK);
+        }
+        let n = self.socket.read_buf(&mut self.read).await?;
+        if n == 0 {
+            return Err(ReplicationError::Closed);
+        }
+        Ok(())
+    }
+
     /// The next complete backend message if one is buffered; never reads.
     pub(crate) fn buffered_frame(&mut self) -> Result<Option<Frame>, ReplicationError> {
         Ok(split_frame(&mut self.read)?)
@@ -147,6 +179,52 @@ impl Transport {
     }
 }
 
+/// [`Transport::take_in_place`] on a buffer.
+pub(crate) fn take_in_place<E>(
+    buf: &mut BytesMut,
+    tag: u8,
+    f: &mut impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<InPlace, E>
+where
+    E: From<ReplicationError>,
+{
+    let mut used = 0;
+    let outcome = loop {
+        let rest = buf.get(used..).unwrap_or_default();
+        match peek_frame(rest).map_err(ReplicationError::from)? {
+            Peek::Complete { tag: t, body } if t == tag => {
+                let total = body.len() + 5;
+                if let Err(e) = f(body) {
+                    buf.advance(used);
+                    return Err(e);
+                }
+                used += total;
+            }
+            Peek::Complete { .. } => break InPlace::Other,
+            Peek::Incomplete { total } => {
+                let missing = total.saturating_sub(rest.len());
+                buf.advance(used);
+                used = 0;
+                if buf.capacity() - buf.len() < missing {
+                    buf.reserve(missing);
+                }
+                break InPlace::NeedMore;
+            }
+        }
+    };
+    buf.advance(used);
+    Ok(outcome)
+}
+
+/// Where [`Transport::take_in_place`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InPlace {
+    /// A complete message of another type is next.
+    Other,
+    /// The next message is not complete: read more.
+    NeedMore,
+}
+
 /// Logs a `NoticeResponse` (or an unparsable one).
 pub(crate) fn log_notice(notice: Result<DbError, super::error::ProtocolError>) {
     match notice {
@@ -158,5 +236,94 @@ pub(crate) fn log_notice(notice: Result<DbError, super::error::ProtocolError>) {
             n.message()
         ),
         Err(e) => tracing::warn!("malformed notice from the server: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(tag: u8, body: &[u8], out: &mut BytesMut) {
+        out.extend_from_slice(&[tag]);
+        out.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        out.extend_from_slice(body);
+    }
+
+    fn take(buf: &mut BytesMut, seen: &mut Vec<Vec<u8>>) -> Result<InPlace, ReplicationError> {
+        take_in_place(buf, b'd', &mut |b: &[u8]| {
+            seen.push(b.to_vec());
+            Ok::<_, ReplicationError>(())
+        })
+    }
+
+    #[test]
+    fn copy_data_is_taken_in_place_up_to_another_message() {
+        let mut buf = BytesMut::new();
+        msg(b'd', b"one", &mut buf);
+        msg(b'd', b"", &mut buf);
+        msg(b'c', b"", &mut buf);
+        msg(b'd', b"after", &mut buf);
+        let mut seen = Vec::new();
+        assert_eq!(take(&mut buf, &mut seen).unwrap(), InPlace::Other);
+        assert_eq!(seen, [b"one".to_vec(), Vec::new()]);
+        // CopyDone is left for read_frame, and what follows it too.
+        let frame = split_frame(&mut buf).unwrap().unwrap();
+        assert_eq!(frame.tag, b'c');
+        assert_eq!(take(&mut buf, &mut seen).unwrap(), InPlace::NeedMore);
+        assert_eq!(seen.len(), 3);
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn a_partial_message_waits_with_room_for_its_rest() {
+        let mut whole = BytesMut::new();
+        msg(b'd', b"first", &mut whole);
+        msg(b'd', &[7; 1000], &mut whole);
+        // Every split point: header or body cut anywhere.
+        for cut in 0..whole.len() {
+            let mut buf = BytesMut::from(&whole[..cut]);
+            let mut seen = Vec::new();
+            assert_eq!(take(&mut buf, &mut seen).unwrap(), InPlace::NeedMore);
+            let first_done = cut >= 10;
+            assert_eq!(seen.len(), usize::from(first_done), "cut {cut}");
+            let rest = &whole[cut..];
+            if cut > 10 + 5 {
+                // The header of the second is in: room is reserved for the rest.
+                assert!(buf.capacity() - buf.len() >= rest.len(), "cut {cut}");
+            }
+            buf.extend_from_slice(rest);
+            assert_eq!(take(&mut buf, &mut seen).unwrap(), InPlace::NeedMore);
+            assert_eq!(seen.len(), 2, "cut {cut}");
+            assert_eq!(seen[1], vec![7; 1000]);
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn impossible_lengths_and_callback_errors_stop_the_copy() {
+        let mut buf = BytesMut::from(&[b'd', 0, 0, 0, 3, 0][..]);
+        assert!(matches!(
+            take(&mut buf, &mut Vec::new()),
+            Err(ReplicationError::Protocol(_))
+        ));
+        let mut buf = BytesMut::new();
+        msg(b'd', b"ok", &mut buf);
+        msg(b'd', b"bad", &mut buf);
+        msg(b'd', b"never", &mut buf);
+        let mut seen = Vec::new();
+        let r = take_in_place(&mut buf, b'd', &mut |b: &[u8]| {
+            if b == b"bad" {
+                return Err(ReplicationError::InvalidArgument("bad row".into()));
+            }
+            seen.push(b.to_vec());
+            Ok(())
+        });
+        assert!(matches!(r, Err(ReplicationError::InvalidArgument(_))));
+        assert_eq!(seen, [b"ok".to_vec()]);
+        // The failing message is still at the front.
+        assert_eq!(
+            split_frame(&mut buf).unwrap().unwrap().body.as_ref(),
+            b"bad"
+        );
     }
 }

@@ -19,11 +19,21 @@ pub(crate) struct Frame {
     pub(crate) body: Bytes,
 }
 
-/// Splits the next complete message off the front of `buf`, or returns
-/// `Ok(None)` (after reserving room for the rest of it) when more bytes are needed.
-pub(crate) fn split_frame(buf: &mut BytesMut) -> Result<Option<Frame>, ProtocolError> {
+/// What the front of a read buffer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Peek<'a> {
+    /// A complete message: its type byte and its body (without the header).
+    Complete { tag: u8, body: &'a [u8] },
+    /// Part of a message of `total` bytes, header included (5 when even
+    /// the header is incomplete).
+    Incomplete { total: usize },
+}
+
+/// Looks at the message at the front of `buf` without consuming it; checks
+/// its length field.
+pub(crate) fn peek_frame(buf: &[u8]) -> Result<Peek<'_>, ProtocolError> {
     let Some(header) = buf.get(..5) else {
-        return Ok(None);
+        return Ok(Peek::Incomplete { total: 5 });
     };
     let tag = header[0];
     let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
@@ -35,10 +45,24 @@ pub(crate) fn split_frame(buf: &mut BytesMut) -> Result<Option<Frame>, ProtocolE
     }
     // len <= i32::MAX, so this fits in usize on every supported target.
     let total = len as usize + 1;
-    if buf.len() < total {
-        buf.reserve(total - buf.len());
-        return Ok(None);
+    match buf.get(5..total) {
+        Some(body) => Ok(Peek::Complete { tag, body }),
+        None => Ok(Peek::Incomplete { total }),
     }
+}
+
+/// Splits the next complete message off the front of `buf`, or returns
+/// `Ok(None)` (after reserving room for the rest of it) when more bytes are needed.
+pub(crate) fn split_frame(buf: &mut BytesMut) -> Result<Option<Frame>, ProtocolError> {
+    let (tag, total) = match peek_frame(buf)? {
+        Peek::Complete { tag, body } => (tag, body.len() + 5),
+        Peek::Incomplete { total } => {
+            if buf.len() < total {
+                buf.reserve(total - buf.len());
+            }
+            return Ok(None);
+        }
+    };
     let mut frame = buf.split_to(total).freeze();
     frame.advance(5);
     Ok(Some(Frame { tag, body: frame }))

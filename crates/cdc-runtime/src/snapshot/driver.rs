@@ -321,6 +321,7 @@ impl Snapshot {
         };
         self.planned_all = false;
         self.readers = reader::spawn(
+            self.replication.clone(),
             self.settings.clone(),
             self.tables.clone(),
             start,

@@ -59,8 +59,12 @@ pub use reader::connect;
 /// The prefix of the watermark messages pgcdc writes into the WAL.
 pub const WATERMARK_PREFIX: &str = "pgcdc.snapshot";
 
-/// Defaults of [`SnapshotOptions`].
-pub const DEFAULT_CHUNK_SIZE: u64 = 8192;
+/// Defaults of [`SnapshotOptions`]: rows per chunk. Up to three chunks per
+/// reader are held in memory (one read, one prepared, one on its way to the
+/// merge); per-chunk work (watermarks, their trip through the stream, the
+/// merge) made 8,192-row chunks reach 0.60 of COPY's throughput where
+/// 32,768-row ones reached 0.71-0.72 (5M rows, 2 readers, load 3.5-3.8).
+pub const DEFAULT_CHUNK_SIZE: u64 = 32768;
 /// Default number of chunk readers.
 pub const DEFAULT_READERS: usize = 2;
 

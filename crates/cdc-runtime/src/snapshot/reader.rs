@@ -9,7 +9,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{pin_mut, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch, Mutex, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -20,6 +19,7 @@ use super::copy::RowDecoder;
 use super::merge::ChunkId;
 use super::{SnapshotError, SnapshotOptions, WATERMARK_PREFIX};
 use crate::event::RowValues;
+use crate::replication::{ReplicationConfig, ReplicationConnection};
 use crate::tls_connect::PgClientSettings;
 
 /// A key range `(lo, hi]` of one table; `None` is unbounded. Keys are the
@@ -82,6 +82,8 @@ struct Planner {
     redo: VecDeque<KeyRange>,
     next_chunk: ChunkId,
     chunk_size: u64,
+    /// Whether the current table's bounds are computed (see [`Dense`]).
+    dense: DenseState,
     /// The first table the pipeline has not finished: a table is started
     /// only once every earlier one is finished, so a checkpoint's progress
     /// names one table in progress.
@@ -107,8 +109,9 @@ impl Planner {
         tx: &mpsc::UnboundedSender<ToSource>,
         permit: OwnedSemaphorePermit,
     ) -> Result<Next, SnapshotError> {
+        let tables = self.tables.clone();
         loop {
-            let Some(table) = self.tables.get(self.table) else {
+            let Some(table) = tables.get(self.table) else {
                 return Ok(Next::Done);
             };
             if table.key.is_empty() {
@@ -124,7 +127,10 @@ impl Planner {
             }
             if !self.cursor.exhausted {
                 let lo = self.cursor.next.clone();
-                let hi = boundary(client, table, lo.as_deref(), self.chunk_size).await?;
+                let hi = match self.dense_bound(client, table, lo.as_deref()).await? {
+                    Some(hi) => hi,
+                    None => boundary(client, table, lo.as_deref(), self.chunk_size).await?,
+                };
                 self.cursor.exhausted = hi.is_none();
                 self.cursor.next = hi.clone();
                 return Ok(self.chunk(KeyRange { lo, hi }, tx, permit));
@@ -132,6 +138,7 @@ impl Planner {
             let _ = tx.send(ToSource::TablePlanned { table: self.table });
             self.table += 1;
             self.cursor = PlanCursor::default();
+            self.dense = DenseState::Unknown;
         }
     }
 
@@ -154,6 +161,138 @@ impl Planner {
             return Next::Stop;
         }
         Next::Chunk(id, self.table, range)
+    }
+
+    /// The upper bound of the chunk after `lo` computed from the key's
+    /// range, if the current table's key is dense (`None`: ask
+    /// [`boundary`]). Like [`boundary`]'s, it is `chunk_size` key values
+    /// on, and unbounded once that would pass the largest key.
+    async fn dense_bound(
+        &mut self,
+        client: &Client,
+        table: &SnapshotTable,
+        lo: Option<&[String]>,
+    ) -> Result<Option<Option<Vec<String>>>, SnapshotError> {
+        if matches!(self.dense, DenseState::Unknown) {
+            self.dense = match Dense::probe(client, table, self.chunk_size).await? {
+                Some(d) => {
+                    tracing::debug!(table = %table.display_name(), min = d.min, max = d.max,
+                        "snapshot: dense integer key, chunk bounds computed");
+                    DenseState::On(d)
+                }
+                None => DenseState::Off,
+            };
+        }
+        match &self.dense {
+            DenseState::On(d) => Ok(d.bound(lo, self.chunk_size)),
+            _ => Ok(None),
+        }
+    }
+
+    /// A chunk of table `table` was read and held `rows` rows: a dense
+    /// table whose chunks turn out mostly empty (the row estimate was
+    /// stale) goes back to the boundary query.
+    fn observe(&mut self, table: usize, rows: usize) {
+        if table != self.table {
+            return;
+        }
+        let DenseState::On(d) = &mut self.dense else {
+            return;
+        };
+        d.reads += 1;
+        d.rows += rows as u64;
+        if d.reads >= 8 && d.rows.saturating_mul(4) < d.reads.saturating_mul(self.chunk_size) {
+            tracing::debug!(
+                reads = d.reads,
+                rows = d.rows,
+                "snapshot: computed chunks are sparse, querying bounds again"
+            );
+            self.dense = DenseState::Off;
+        }
+    }
+}
+
+/// Whether chunk bounds of the current table are computed.
+#[derive(Debug, Clone, Copy)]
+enum DenseState {
+    /// Not probed yet.
+    Unknown,
+    /// Bounds come from [`boundary`].
+    Off,
+    On(Dense),
+}
+
+/// A table whose key is one integer column with few gaps: its key range
+/// (`max - min + 1`) is at most twice the planner's row estimate. Its
+/// chunks are `chunk_size` consecutive key values, computed instead of
+/// asked with [`boundary`], whose `OFFSET` walks every key of the chunk in
+/// the index (on two cores that server time competes with the reads).
+/// Chunks may then hold fewer rows than `chunk_size`, never more.
+#[derive(Debug, Clone, Copy)]
+struct Dense {
+    min: i64,
+    max: i64,
+    /// Chunks read and their rows, to notice a stale estimate.
+    reads: u64,
+    rows: u64,
+}
+
+impl Dense {
+    /// The upper bound of the chunk after `lo`: `chunk_size` key values on
+    /// (`None` inside: unbounded, once that passes `max`); `None` if `lo`
+    /// is not an integer (then the boundary query decides).
+    fn bound(&self, lo: Option<&[String]>, chunk_size: u64) -> Option<Option<Vec<String>>> {
+        let step = i64::try_from(chunk_size).ok()?;
+        let hi = match lo {
+            None => self.min.checked_add(step - 1),
+            Some([lo]) => lo.parse::<i64>().ok()?.checked_add(step),
+            Some(_) => return None,
+        };
+        Some(hi.filter(|&h| h <= self.max).map(|h| vec![h.to_string()]))
+    }
+
+    /// The key's range, if `table` qualifies (two index lookups).
+    async fn probe(
+        client: &Client,
+        table: &SnapshotTable,
+        chunk_size: u64,
+    ) -> Result<Option<Dense>, SnapshotError> {
+        use cdc_core::types::{INT2, INT4, INT8};
+        let [key] = table.key[..] else {
+            return Ok(None);
+        };
+        let Some(col) = table.columns.get(key) else {
+            return Ok(None);
+        };
+        let Some(estimate) = table.estimated_rows.filter(|&n| n > 0) else {
+            return Ok(None);
+        };
+        if !matches!(col.type_oid, INT2 | INT4 | INT8) || chunk_size < 2 {
+            return Ok(None);
+        }
+        let name = cdc_core::sql::quote_ident(&col.name);
+        let row = client
+            .query_one(
+                &format!(
+                    "SELECT min({name})::int8, max({name})::int8 FROM {}",
+                    table.quoted()
+                ),
+                &[],
+            )
+            .await?;
+        let (Some(min), Some(max)) = (
+            row.try_get::<_, Option<i64>>(0)?,
+            row.try_get::<_, Option<i64>>(1)?,
+        ) else {
+            return Ok(None);
+        };
+        let span = i128::from(max) - i128::from(min) + 1;
+        Ok((span <= 2 * i128::from(estimate)).then_some(Dense {
+            min,
+            max,
+            reads: 0,
+            rows: 0,
+        }))
     }
 }
 
@@ -208,6 +347,7 @@ async fn boundary(
 /// Starts `readers` chunk readers from `start`; they end when every table
 /// is read. `done_tables` counts the tables the pipeline finished.
 pub(crate) fn spawn(
+    replication: ReplicationConfig,
     settings: PgClientSettings,
     tables: Arc<Vec<SnapshotTable>>,
     start: Start,
@@ -227,6 +367,7 @@ pub(crate) fn spawn(
         redo,
         next_chunk: start.first_chunk,
         chunk_size: options.chunk_size.max(1),
+        dense: DenseState::Unknown,
         done: done_tables.clone(),
     }));
     // Per reader: a chunk being read, the next one prepared, and one whose
@@ -236,11 +377,13 @@ pub(crate) fn spawn(
     let mut set = JoinSet::new();
     for _ in 0..readers {
         let reader = Reader {
+            replication: replication.clone(),
             settings: settings.clone(),
             tables: tables.clone(),
             planner: planner.clone(),
             permits: permits.clone(),
             token: start.token.clone(),
+            chunk_size: usize::try_from(options.chunk_size.max(1)).unwrap_or(usize::MAX),
             tx: tx.clone(),
             done_tables: done_tables.clone(),
         };
@@ -250,11 +393,16 @@ pub(crate) fn spawn(
 }
 
 struct Reader {
+    /// Where chunks are read, on a session of pgcdc's own protocol client.
+    replication: ReplicationConfig,
+    /// Where watermarks are written and chunks planned (tokio-postgres).
     settings: PgClientSettings,
     tables: Arc<Vec<SnapshotTable>>,
     planner: Arc<Mutex<Planner>>,
     permits: Arc<Semaphore>,
     token: Arc<str>,
+    /// Rows a chunk is planned to hold (a capacity hint for its rows).
+    chunk_size: usize,
     tx: mpsc::UnboundedSender<ToSource>,
     done_tables: watch::Receiver<usize>,
 }
@@ -268,6 +416,19 @@ pub async fn connect(settings: &PgClientSettings) -> Result<Client, SnapshotErro
         .batch_execute("SET synchronous_commit = on; SET statement_timeout = 0")
         .await?;
     Ok(client)
+}
+
+/// Opens the session chunks are read on: pgcdc's own protocol client,
+/// which hands COPY rows over in place from 128 KiB socket reads (see
+/// [`ReplicationConnection::copy_out`]), with the replication connection's
+/// session settings (so text reads print values as the stream does).
+async fn connect_reading(
+    config: &ReplicationConfig,
+) -> Result<ReplicationConnection, SnapshotError> {
+    let config = config.clone().application_name("pgcdc snapshot");
+    let mut conn = ReplicationConnection::connect_session(&config).await?;
+    conn.simple_query("SET statement_timeout = 0").await?;
+    Ok(conn)
 }
 
 /// A chunk whose low watermark is written and whose open transactions
@@ -298,7 +459,7 @@ impl Reader {
     /// next chunk's `LW` may come before `HW(c)`: windows overlap, which
     /// the merge allows.
     async fn run(mut self) -> Result<(), SnapshotError> {
-        let client = connect(&self.settings).await?;
+        let mut client = connect_reading(&self.replication).await?;
         let marks = connect(&self.settings).await?;
         let mut high: Option<ChunkId> = None;
         let mut next = self.prepare(&marks).await?;
@@ -343,12 +504,18 @@ impl Reader {
             let started = std::time::Instant::now();
             // The first error ends both (a side waiting for a permit would
             // otherwise wait for chunks that will never finish).
-            let (rows, prepared) =
-                tokio::try_join!(read_range(&client, table, &current.range), side)?;
+            let (rows, prepared) = tokio::try_join!(
+                read_range(&mut client, table, &current.range, self.chunk_size),
+                side
+            )?;
             tracing::debug!(table = %table.display_name(), chunk = current.chunk,
                 lo = %key_text(&current.range.lo), hi = %key_text(&current.range.hi),
                 rows = rows.len(), read_us = started.elapsed().as_micros() as u64,
                 "snapshot chunk read");
+            // A heuristic: skipped when the other reader is planning.
+            if let Ok(mut planner) = self.planner.try_lock() {
+                planner.observe(current.table, rows.len());
+            }
             // Its high watermark follows, on the other connection.
             if self
                 .tx
@@ -495,9 +662,10 @@ async fn wait_for_open_transactions(
 /// Reads the rows of `range` through `COPY ... TO STDOUT` (binary where
 /// the column types allow, see [`RowDecoder`]).
 pub(crate) async fn read_range(
-    client: &Client,
+    conn: &mut ReplicationConnection,
     table: &SnapshotTable,
     range: &KeyRange,
+    expected: usize,
 ) -> Result<Vec<RowValues>, SnapshotError> {
     let mut conditions = Vec::new();
     if let Some(lo) = &range.lo {
@@ -515,14 +683,101 @@ pub(crate) async fn read_range(
         query.push_str(&conditions.join(" AND "));
     }
     let mut decoder = RowDecoder::new(table);
-    let stream = client.copy_out(&decoder.copy_statement(&query)).await?;
-    pin_mut!(stream);
-    let mut rows = Vec::new();
-    while let Some(msg) = stream.try_next().await? {
-        if let Some(row) = decoder.decode(&msg)? {
+    let statement = decoder.copy_statement(&query);
+    // Room for a whole chunk at once (no regrowth copies), within reason.
+    let mut rows = Vec::with_capacity(expected.min(1 << 16));
+    conn.copy_out(&statement, |msg| {
+        if let Some(row) = decoder.decode(msg)? {
             rows.push(row);
         }
-    }
+        Ok::<_, SnapshotError>(())
+    })
+    .await?;
     decoder.finish()?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dense(min: i64, max: i64) -> Dense {
+        Dense {
+            min,
+            max,
+            reads: 0,
+            rows: 0,
+        }
+    }
+
+    fn key(k: i64) -> Vec<String> {
+        vec![k.to_string()]
+    }
+
+    #[test]
+    fn dense_chunks_are_chunk_size_keys_like_the_boundary_query() {
+        // Keys 1..=10, chunks of 4: (-, 4], (4, 8], (8, -) as the boundary
+        // query plans them (an OFFSET past the last key gives no bound).
+        let d = dense(1, 10);
+        assert_eq!(d.bound(None, 4), Some(Some(key(4))));
+        assert_eq!(d.bound(Some(&key(4)), 4), Some(Some(key(8))));
+        assert_eq!(d.bound(Some(&key(8)), 4), Some(None));
+        // Exactly at the last key: one more (empty) open chunk follows.
+        assert_eq!(d.bound(Some(&key(6)), 4), Some(Some(key(10))));
+        assert_eq!(d.bound(Some(&key(10)), 4), Some(None));
+        // Fewer keys than a chunk: one open chunk.
+        assert_eq!(dense(5, 6).bound(None, 4), Some(None));
+        // Negative keys, and a resumed cursor outside the probed range.
+        assert_eq!(dense(-10, 10).bound(None, 4), Some(Some(key(-7))));
+        assert_eq!(
+            dense(1, 10).bound(Some(&key(-100)), 4),
+            Some(Some(key(-96)))
+        );
+    }
+
+    #[test]
+    fn dense_bounds_never_overflow_or_guess() {
+        let d = dense(i64::MAX - 2, i64::MAX);
+        assert_eq!(d.bound(None, 2), Some(Some(key(i64::MAX - 1))));
+        assert_eq!(d.bound(Some(&key(i64::MAX - 1)), 2), Some(None));
+        assert_eq!(d.bound(Some(&key(i64::MAX)), u64::MAX), None);
+        // A cursor that is not one integer: the boundary query decides.
+        assert_eq!(d.bound(Some(&["x".to_owned()]), 2), None);
+        assert_eq!(d.bound(Some(&[]), 2), None);
+        assert_eq!(d.bound(Some(&[key(1), key(2)].concat()), 2), None);
+    }
+
+    fn planner(chunk_size: u64) -> Planner {
+        let (_, done) = watch::channel(0);
+        Planner {
+            tables: Arc::new(Vec::new()),
+            table: 0,
+            cursor: PlanCursor::default(),
+            redo: VecDeque::new(),
+            next_chunk: 1,
+            chunk_size,
+            dense: DenseState::On(dense(1, 1_000_000)),
+            done,
+        }
+    }
+
+    #[test]
+    fn mostly_empty_computed_chunks_go_back_to_the_boundary_query() {
+        let mut p = planner(100);
+        for _ in 0..20 {
+            p.observe(0, 90);
+        }
+        assert!(
+            matches!(p.dense, DenseState::On(_)),
+            "dense chunks stay computed"
+        );
+        p.observe(1, 0);
+        assert!(matches!(p.dense, DenseState::On(_)), "another table's read");
+        let mut p = planner(100);
+        for i in 0..8 {
+            assert!(matches!(p.dense, DenseState::On(_)), "after {i} reads");
+            p.observe(0, 10);
+        }
+        assert!(matches!(p.dense, DenseState::Off));
+    }
 }
