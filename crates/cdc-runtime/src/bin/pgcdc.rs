@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// mimalloc: the snapshot's readers allocate row values on one thread and the
 /// sinks free them on another, which glibc's malloc serves without a thread
 /// cache hit on either side (a third of the client's instructions per row).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
