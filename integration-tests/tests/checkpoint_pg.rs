@@ -10,8 +10,8 @@ use bytes::Bytes;
 use cdc_core::Lsn;
 use checkpoint_api::testkit::conformance::{self, sample_checkpoint, StoreFactory};
 use checkpoint_api::{
-    Checkpoint, CheckpointError, CheckpointId, CheckpointStore, JobName, OperatorState, OwnerId,
-    StorageKind,
+    Checkpoint, CheckpointError, CheckpointId, CheckpointStore, JobName, Lease, OperatorState,
+    OwnerId, StorageKind,
 };
 use checkpoint_pg::{LargeLayout, PgCheckpointStore, PgStoreConfig};
 use integration_tests::{TestDatabase, TestPostgres};
@@ -387,20 +387,31 @@ async fn orphans(client: &Client, store: &PgCheckpointStore) -> i64 {
         .get(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_on_save_unlinks_and_vacuum_removes_only_our_orphans() {
-    let db = TestPostgres::new_database().await.unwrap();
-    let admin = db.connect().await.unwrap();
+/// A store keeping 2 checkpoints per job, with states over 1000 bytes in large objects,
+/// and a lease on `job`.
+async fn retaining_two(
+    db: &TestDatabase,
+    app: &str,
+    job: &str,
+) -> (PgCheckpointStore, JobName, Lease) {
     let mut config = PgStoreConfig::default();
     config.large_layout = LargeLayout::LargeObject;
     config.inline_threshold = 1000;
     config.keep_on_save = Some(2);
-    let store = open(&db, config, "retention").await;
-    let job = JobName::new("retained").unwrap();
+    let store = open(db, config, app).await;
+    let job = JobName::new(job).unwrap();
     let lease = store
         .acquire_lease(&job, &OwnerId::new("w").unwrap())
         .await
         .unwrap();
+    (store, job, lease)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_on_save_unlinks_and_vacuum_removes_only_our_orphans() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    let (store, job, lease) = retaining_two(&db, "retention", "retained").await;
     for n in 1..=4 {
         // Alternate inline and large-object checkpoints.
         let len = if n % 2 == 0 { 10 } else { 5000 };
@@ -461,16 +472,7 @@ async fn retention_on_save_unlinks_and_vacuum_removes_only_our_orphans() {
 async fn retention_moves_the_lowest_id_and_never_leaves_a_row_below_it() {
     let db = TestPostgres::new_database().await.unwrap();
     let admin = db.connect().await.unwrap();
-    let mut config = PgStoreConfig::default();
-    config.large_layout = LargeLayout::LargeObject;
-    config.inline_threshold = 1000;
-    config.keep_on_save = Some(2);
-    let store = open(&db, config, "lowest").await;
-    let job = JobName::new("bounded").unwrap();
-    let lease = store
-        .acquire_lease(&job, &OwnerId::new("w").unwrap())
-        .await
-        .unwrap();
+    let (store, job, lease) = retaining_two(&db, "lowest", "bounded").await;
     // The lease table is the checkpoints table's quoted name with `_leases` inside the
     // closing quote.
     let checkpoints = store.checkpoints_table();
