@@ -369,9 +369,12 @@ impl Envelope {
         self.write_row(out, ev.after.as_ref());
         out.push(b',');
         out.extend_from_slice(&self.head);
+        let lsn_at = out.len();
         write_int(out, lsn);
+        let lsn_text = lsn_at..out.len();
         out.extend_from_slice(&self.middle);
-        write_int(out, lsn);
+        // The same digits again (`source.lsn`), copied rather than rendered.
+        out.extend_from_within(lsn_text);
         out.extend_from_slice(&self.tail);
         write_int(out, u64::from(ev.index) + 1);
         out.extend_from_slice(b"}}");
