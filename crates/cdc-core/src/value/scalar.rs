@@ -43,6 +43,17 @@ pub(crate) fn utf8(type_oid: Oid, raw: &[u8]) -> Result<&str, ValueError> {
     })
 }
 
+/// Whether `raw` is UTF-8: [`utf8`]'s result without the `&str`. ASCII (most
+/// text) is checked a word at a time first.
+#[inline]
+pub(crate) fn validate_utf8(type_oid: Oid, raw: &[u8]) -> Result<(), ValueError> {
+    if raw.is_ascii() {
+        Ok(())
+    } else {
+        utf8(type_oid, raw).map(drop)
+    }
+}
+
 /// `t` / `f` as `boolout` prints them (the long spellings are accepted too).
 pub(crate) fn bool_text(oid: Oid, raw: &[u8]) -> Result<bool, ValueError> {
     match raw {
