@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cdc_core::pgoutput::Relation;
 use cdc_core::{
-    decode_binary, decode_text, Change, Lsn, Oid, PgTimestamp, RelationCache, TupleData,
+    validate_binary, validate_text, Change, Lsn, Oid, PgTimestamp, RelationCache, TupleData,
     TupleValue, TxnEvent, TxnKind, ValueError, Xid,
 };
 
@@ -211,7 +211,7 @@ impl EventConverter {
             ev.index = next;
             next = next
                 .checked_add(1)
-                .ok_or(ConvertError::TooManyEvents { xid: open.xid })?;
+                .ok_or_else(|| ConvertError::TooManyEvents { xid: open.xid })?;
             out.push(ev);
         }
         if let Some(o) = self.open.as_mut() {
@@ -293,7 +293,10 @@ impl EventConverter {
             Change::Truncate(_) => "Truncate",
             Change::Message(_) => "Message",
         };
-        let open = self.open.ok_or(ConvertError::NoTransaction { what })?;
+        // `ok_or_else`: the error is not built (and dropped) for every change.
+        let open = self
+            .open
+            .ok_or_else(|| ConvertError::NoTransaction { what })?;
         let source = SourceInfo {
             commit_lsn: open.commit_lsn,
             lsn: lsn.unwrap_or(open.commit_lsn),
@@ -345,7 +348,7 @@ impl EventConverter {
                 for &oid in &m.relations {
                     let rel = relations
                         .relation(oid)
-                        .ok_or(ConvertError::UnknownRelation { oid })?;
+                        .ok_or_else(|| ConvertError::UnknownRelation { oid })?;
                     let table = self.schema(rel);
                     out.push(row_event(
                         Operation::Truncate,
@@ -370,7 +373,7 @@ impl EventConverter {
             ev.index = next;
             next = next
                 .checked_add(1)
-                .ok_or(ConvertError::TooManyEvents { xid: open.xid })?;
+                .ok_or_else(|| ConvertError::TooManyEvents { xid: open.xid })?;
         }
         if let Some(o) = self.open.as_mut() {
             o.next_index = next;
@@ -439,10 +442,12 @@ pub(crate) fn decode_row(
         });
     }
     for (col, tv) in table.columns.iter().zip(tuple.iter()) {
+        // The value itself is not kept: validating builds none for the
+        // commonest types, with the errors decoding would give.
         let decoded = match tv {
             TupleValue::Null | TupleValue::UnchangedToast => Ok(()),
-            TupleValue::Text(raw) => decode_text(col.type_oid, raw).map(drop),
-            TupleValue::Binary(raw) => decode_binary(col.type_oid, raw).map(drop),
+            TupleValue::Text(raw) => validate_text(col.type_oid, raw),
+            TupleValue::Binary(raw) => validate_binary(col.type_oid, raw),
         };
         decoded.map_err(|source| ConvertError::Value {
             schema: table.schema.clone(),
