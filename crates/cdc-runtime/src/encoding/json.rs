@@ -265,7 +265,9 @@ mod tests {
     #[test]
     fn finds_the_first_byte_to_escape_at_every_position() {
         let specials = [b'"', b'\\', 0x00, 0x1f, b'\n', 0x08];
-        let plain = [b' ', b'!', b'#', b'[', b']', b'~', 0x7f, 0x80, 0xff, 0x21, 0x5b, 0x5d];
+        let plain = [
+            b' ', b'!', b'#', b'[', b']', b'~', 0x7f, 0x80, 0xff, 0x21, 0x5b, 0x5d,
+        ];
         for len in 0..40 {
             for at in 0..=len {
                 for &special in &specials {

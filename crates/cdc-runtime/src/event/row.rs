@@ -96,7 +96,9 @@ impl Row {
             Repr::Values(v) => Cells::Values(v.iter()),
             // Only built by `RowArena::row` from a parsed (so validated)
             // tuple: the columns are not validated again.
-            Repr::Wire { columns, count } => Cells::Wire(TupleData::iter_validated_raw_columns(columns, *count)),
+            Repr::Wire { columns, count } => {
+                Cells::Wire(TupleData::iter_validated_raw_columns(columns, *count))
+            }
         }
     }
 }
