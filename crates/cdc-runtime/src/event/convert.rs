@@ -209,9 +209,10 @@ impl EventConverter {
                 source.clone(),
             );
             ev.index = next;
-            next = next
-                .checked_add(1)
-                .ok_or_else(|| ConvertError::TooManyEvents { xid: open.xid })?;
+            let Some(after) = next.checked_add(1) else {
+                return Err(ConvertError::TooManyEvents { xid: open.xid });
+            };
+            next = after;
             out.push(ev);
         }
         if let Some(o) = self.open.as_mut() {
@@ -293,10 +294,10 @@ impl EventConverter {
             Change::Truncate(_) => "Truncate",
             Change::Message(_) => "Message",
         };
-        // `ok_or_else`: the error is not built (and dropped) for every change.
-        let open = self
-            .open
-            .ok_or_else(|| ConvertError::NoTransaction { what })?;
+        // Not `ok_or`: that builds (and drops) the error for every change.
+        let Some(open) = self.open else {
+            return Err(ConvertError::NoTransaction { what });
+        };
         let source = SourceInfo {
             commit_lsn: open.commit_lsn,
             lsn: lsn.unwrap_or(open.commit_lsn),
@@ -346,9 +347,9 @@ impl EventConverter {
             }
             Change::Truncate(m) => {
                 for &oid in &m.relations {
-                    let rel = relations
-                        .relation(oid)
-                        .ok_or_else(|| ConvertError::UnknownRelation { oid })?;
+                    let Some(rel) = relations.relation(oid) else {
+                        return Err(ConvertError::UnknownRelation { oid });
+                    };
                     let table = self.schema(rel);
                     out.push(row_event(
                         Operation::Truncate,
@@ -371,9 +372,10 @@ impl EventConverter {
         let mut next = open.next_index;
         for ev in out.iter_mut().skip(start) {
             ev.index = next;
-            next = next
-                .checked_add(1)
-                .ok_or_else(|| ConvertError::TooManyEvents { xid: open.xid })?;
+            let Some(after) = next.checked_add(1) else {
+                return Err(ConvertError::TooManyEvents { xid: open.xid });
+            };
+            next = after;
         }
         if let Some(o) = self.open.as_mut() {
             o.next_index = next;
