@@ -486,7 +486,7 @@ mod tests {
     use cdc_core::pgoutput::{
         Column, Delete, Insert, OldTuple, Relation, ReplicaIdentity, Truncate, Update,
     };
-    use cdc_core::{types, TxnBegin, TxnCommit, Value};
+    use cdc_core::{decode_text, types, TxnBegin, TxnCommit, Value};
 
     use super::*;
 
@@ -681,6 +681,26 @@ mod tests {
         match conv.handle(&bad, &cache, None, &mut out) {
             Err(ConvertError::Value { column, .. }) => assert_eq!(&*column, "id"),
             other => panic!("{other:?}"),
+        }
+        // Validation gives the errors decoding gives (it builds no value).
+        let cases: [(&[u8], &[u8], &str, Oid); 5] = [
+            (b"99999999999999999999", b"", "id", types::INT8),
+            (b"9223372036854775808", b"", "id", types::INT8),
+            (b"-", b"", "id", types::INT8),
+            (b"1", b"caf\xc3", "doc", types::TEXT),
+            (b"1", b"ok \xff\xfe", "doc", types::TEXT),
+        ];
+        for (id, doc, bad_column, oid) in cases {
+            let bad = insert(tuple(&[TupleValue::Text(id), TupleValue::Text(doc)]));
+            let raw = if bad_column == "id" { id } else { doc };
+            let want = decode_text(oid, raw).unwrap_err();
+            match conv.handle(&bad, &cache, None, &mut out) {
+                Err(ConvertError::Value { column, source, .. }) => {
+                    assert_eq!(&*column, bad_column);
+                    assert_eq!(source, want, "{raw:?}");
+                }
+                other => panic!("{raw:?}: {other:?}"),
+            }
         }
         let trunc = TxnEvent::Change(Change::Truncate(Truncate {
             xid: None,
