@@ -132,6 +132,19 @@ impl<'a> TupleData<'a> {
         })
     }
 
+    /// The columns of `raw` as [`iter_raw_columns`](Self::iter_raw_columns)
+    /// returns them, without validating again: for bytes that were validated
+    /// before (taken from [`raw_columns`](Self::raw_columns) of a parsed
+    /// tuple). Should `raw` not hold `count` well-formed columns after all,
+    /// the iterator ends at the first malformed one; it never panics.
+    #[inline]
+    pub fn iter_validated_raw_columns(raw: &'a [u8], count: u16) -> TupleIter<'a> {
+        TupleIter {
+            rest: raw,
+            left: count,
+        }
+    }
+
     /// A copy that owns its bytes.
     pub fn into_owned(self) -> TupleData<'static> {
         TupleData {

@@ -282,6 +282,41 @@ pub fn decode_text(type_oid: Oid, raw: &[u8]) -> Result<Value<'_>, ValueError> {
     })
 }
 
+/// Whether `raw` decodes as text of type `type_oid`: exactly when
+/// [`decode_text`] succeeds, with the same error when it does not, but
+/// without building the value for the commonest types (integers and text).
+///
+/// ```
+/// use cdc_core::{decode_text, types, validate_text};
+///
+/// assert!(validate_text(types::INT4, b"-42").is_ok());
+/// assert_eq!(validate_text(types::INT2, b"40000").err(), decode_text(types::INT2, b"40000").err());
+/// ```
+#[inline]
+pub fn validate_text(type_oid: Oid, raw: &[u8]) -> Result<(), ValueError> {
+    use types::*;
+    match type_oid {
+        INT2 => scalar::int_text::<i16>(type_oid, raw).map(drop),
+        INT4 => scalar::int_text::<i32>(type_oid, raw).map(drop),
+        INT8 => scalar::int_text::<i64>(type_oid, raw).map(drop),
+        OID => scalar::int_text::<u32>(type_oid, raw).map(drop),
+        TEXT | VARCHAR | BPCHAR | NAME | JSON | JSONB => scalar::validate_utf8(type_oid, raw),
+        _ => decode_text(type_oid, raw).map(drop),
+    }
+}
+
+/// Whether `raw` decodes as the binary form of type `type_oid`: exactly
+/// when [`decode_binary`] succeeds, with the same error when it does not,
+/// without building the value for the commonest types.
+#[inline]
+pub fn validate_binary(type_oid: Oid, raw: &[u8]) -> Result<(), ValueError> {
+    use types::*;
+    match type_oid {
+        TEXT | VARCHAR | BPCHAR | NAME => scalar::validate_utf8(type_oid, raw),
+        _ => decode_binary(type_oid, raw).map(drop),
+    }
+}
+
 /// Decode a column sent in binary form (the type's send function).
 ///
 /// ```

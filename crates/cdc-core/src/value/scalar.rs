@@ -43,6 +43,17 @@ pub(crate) fn utf8(type_oid: Oid, raw: &[u8]) -> Result<&str, ValueError> {
     })
 }
 
+/// Whether `raw` is UTF-8: [`utf8`]'s result without the `&str`. ASCII (most
+/// text) is checked a word at a time first.
+#[inline]
+pub(crate) fn validate_utf8(type_oid: Oid, raw: &[u8]) -> Result<(), ValueError> {
+    if raw.is_ascii() {
+        Ok(())
+    } else {
+        utf8(type_oid, raw).map(drop)
+    }
+}
+
 /// `t` / `f` as `boolout` prints them (the long spellings are accepted too).
 pub(crate) fn bool_text(oid: Oid, raw: &[u8]) -> Result<bool, ValueError> {
     match raw {
@@ -60,6 +71,9 @@ pub(crate) fn bool_binary(oid: Oid, raw: &[u8]) -> Result<bool, ValueError> {
     }
 }
 
+/// Up to this many decimal digits fit in a `u64` whatever they are.
+const MAX_UNCHECKED_DIGITS: usize = 19;
+
 /// A decimal integer as the server prints it: optional `-`, digits only.
 ///
 /// Parsed in one pass over the digits (this runs for every integer column of
@@ -69,16 +83,32 @@ pub(crate) fn int_text<T: TryFrom<i64>>(oid: Oid, raw: &[u8]) -> Result<T, Value
         Some((b'-', rest)) => (true, rest),
         _ => (false, raw),
     };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return Err(ValueError::text(oid, raw, "expected a decimal integer"));
-    }
+    let not_integer = || ValueError::text(oid, raw, "expected a decimal integer");
     let out_of_range = || ValueError::text(oid, raw, "integer out of range");
     let mut magnitude = 0u64;
-    for &d in digits {
-        magnitude = magnitude
-            .checked_mul(10)
-            .and_then(|m| m.checked_add(u64::from(d - b'0')))
-            .ok_or_else(out_of_range)?;
+    if digits.len() <= MAX_UNCHECKED_DIGITS {
+        // Cannot overflow: one pass checks and accumulates.
+        for &d in digits {
+            let digit = d.wrapping_sub(b'0');
+            if digit > 9 {
+                return Err(not_integer());
+            }
+            magnitude = magnitude * 10 + u64::from(digit);
+        }
+        if digits.is_empty() {
+            return Err(not_integer());
+        }
+    } else {
+        // Every digit is checked before any overflow is reported.
+        if !digits.iter().all(u8::is_ascii_digit) {
+            return Err(not_integer());
+        }
+        for &d in digits {
+            magnitude = magnitude
+                .checked_mul(10)
+                .and_then(|m| m.checked_add(u64::from(d - b'0')))
+                .ok_or_else(out_of_range)?;
+        }
     }
     let value = if negative {
         // An unsigned type takes no sign, not even on zero (as `str::parse`).
@@ -354,6 +384,25 @@ mod tests {
             "12a",
         ] {
             same_as_std(text.as_bytes());
+        }
+    }
+
+    #[test]
+    fn a_non_digit_is_reported_before_an_overflow() {
+        let reason = |raw: &[u8]| match int_text::<i64>(20, raw) {
+            Err(ValueError::BadText { reason, .. }) => reason,
+            other => panic!("{raw:?}: {other:?}"),
+        };
+        for len in 1..25 {
+            let digits = vec![b'9'; len];
+            for at in 0..len {
+                let mut bad = digits.clone();
+                bad[at] = b'x';
+                assert_eq!(reason(&bad), "expected a decimal integer", "{bad:?}");
+            }
+            if len > 18 {
+                assert_eq!(reason(&digits), "integer out of range", "{len}");
+            }
         }
     }
 

@@ -36,7 +36,7 @@ pub(crate) fn write_escaped(out: &mut Vec<u8>, s: &str) {
 pub(crate) fn write_escaped_utf8(out: &mut Vec<u8>, s: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut rest = s;
-    while let Some(i) = rest.iter().position(|&b| NEEDS_ESCAPE[usize::from(b)]) {
+    while let Some(i) = find_escape(rest) {
         let (plain, tail) = rest.split_at(i);
         out.extend_from_slice(plain);
         let Some((&b, tail)) = tail.split_first() else {
@@ -59,6 +59,53 @@ pub(crate) fn write_escaped_utf8(out: &mut Vec<u8>, s: &[u8]) {
         rest = tail;
     }
     out.extend_from_slice(rest);
+}
+
+/// Eight copies of a byte in a `u64`.
+const fn splat(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
+}
+
+const LOW_BITS: u64 = splat(0x01);
+const HIGH_BITS: u64 = splat(0x80);
+
+/// Whether any of the eight bytes of `x` needs escaping (`"`, `\` or below
+/// 0x20), with the high bit of the lowest such byte set (bits of bytes after
+/// it may be set too: borrows only carry upwards).
+///
+/// `(v - 0x01…) & !v & 0x80…` is non-zero exactly when a byte of `v` is zero;
+/// with `0x20…` instead of `0x01…` when a byte is below 0x20.
+#[inline(always)]
+fn escape_mask(x: u64) -> u64 {
+    let below_space = x.wrapping_sub(splat(0x20)) & !x;
+    let quote = x ^ splat(b'"');
+    let quote = quote.wrapping_sub(LOW_BITS) & !quote;
+    let backslash = x ^ splat(b'\\');
+    let backslash = backslash.wrapping_sub(LOW_BITS) & !backslash;
+    (below_space | quote | backslash) & HIGH_BITS
+}
+
+/// The index of the first byte of `s` that needs escaping: eight bytes at a
+/// time, then the last few through the table.
+#[inline]
+fn find_escape(s: &[u8]) -> Option<usize> {
+    let mut chunks = s.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        // Little-endian: the first byte is the lowest, whatever the host.
+        let mask = escape_mask(u64::from_le_bytes(word));
+        if mask != 0 {
+            return Some(at + (mask.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| NEEDS_ESCAPE[usize::from(b)])
+        .map(|i| at + i)
 }
 
 /// Appends the `Display` text of `v` as a JSON string. The texts this crate
@@ -212,6 +259,45 @@ mod tests {
         ] {
             let ours = s(|o| write_str(o, text));
             assert_eq!(ours, serde_json::to_string(text).unwrap(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn finds_the_first_byte_to_escape_at_every_position() {
+        let specials = [b'"', b'\\', 0x00, 0x1f, b'\n', 0x08];
+        let plain = [
+            b' ', b'!', b'#', b'[', b']', b'~', 0x7f, 0x80, 0xff, 0x21, 0x5b, 0x5d,
+        ];
+        for len in 0..40 {
+            for at in 0..=len {
+                for &special in &specials {
+                    for &filler in &plain {
+                        let mut text = vec![filler; len];
+                        if at < len {
+                            text[at] = special;
+                            // A second one later must not hide the first.
+                            if at + 3 < len {
+                                text[at + 3] = b'"';
+                            }
+                        }
+                        let want = text.iter().position(|&b| NEEDS_ESCAPE[usize::from(b)]);
+                        assert_eq!(find_escape(&text), want, "{text:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escape_scan_matches_the_table(text: Vec<u8>) {
+            let want = text.iter().position(|&b| NEEDS_ESCAPE[usize::from(b)]);
+            proptest::prop_assert_eq!(find_escape(&text), want);
+        }
+
+        #[test]
+        fn escapes_any_text_like_serde_json(text: String) {
+            proptest::prop_assert_eq!(s(|o| write_str(o, &text)), serde_json::to_string(&text).unwrap());
         }
     }
 

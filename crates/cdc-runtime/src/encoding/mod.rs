@@ -73,7 +73,7 @@ use cdc_core::{Lsn, PgTimestamp, TimestampTz, Value, Xid};
 use crate::event::{Cell, ChangeEvent, Operation, Row, TableSchema};
 use json::{write_base64, write_display_str, write_int, write_str};
 pub use value::UNAVAILABLE_VALUE;
-use value::{write_cell, Temporal};
+use value::{write_cell, write_cell_as, Temporal, TextKind};
 
 /// Settings of the Debezium envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -274,10 +274,12 @@ struct Envelope {
     middle: Vec<u8>,
     /// `,"xmin":null},"op":…,"ts_ms":<now>,"transaction":{"id":"…","total_order":`
     tail: Vec<u8>,
-    /// `"<column>":` for every column, one after the other; `key_ends[i]`
-    /// is where column `i`'s ends.
+    /// `{"<column>":` for the first column and `,"<column>":` for every
+    /// other, one after the other; `key_ends[i]` is where column `i`'s ends.
     keys: Vec<u8>,
     key_ends: Vec<usize>,
+    /// How each column's text is written.
+    kinds: Vec<TextKind>,
 }
 
 impl Envelope {
@@ -300,10 +302,13 @@ impl Envelope {
         if !same_table {
             self.keys.clear();
             self.key_ends.clear();
-            for col in &table.columns {
+            self.kinds.clear();
+            for (i, col) in table.columns.iter().enumerate() {
+                self.keys.push(if i == 0 { b'{' } else { b',' });
                 write_str(&mut self.keys, &col.name);
                 self.keys.push(b':');
                 self.key_ends.push(self.keys.len());
+                self.kinds.push(TextKind::of(col.type_oid));
             }
         }
         let out = &mut self.head;
@@ -369,9 +374,12 @@ impl Envelope {
         self.write_row(out, ev.after.as_ref());
         out.push(b',');
         out.extend_from_slice(&self.head);
+        let lsn_at = out.len();
         write_int(out, lsn);
+        let lsn_text = lsn_at..out.len();
         out.extend_from_slice(&self.middle);
-        write_int(out, lsn);
+        // The same digits again (`source.lsn`), copied rather than rendered.
+        out.extend_from_within(lsn_text);
         out.extend_from_slice(&self.tail);
         write_int(out, u64::from(ev.index) + 1);
         out.extend_from_slice(b"}}");
@@ -383,22 +391,23 @@ impl Envelope {
             out.extend_from_slice(b"null");
             return;
         };
-        out.push(b'{');
         let mut start = 0;
-        for (i, ((col, v), &end)) in table
+        for (((col, cell), &end), &kind) in table
             .table
             .columns
             .iter()
             .zip(row.cells())
             .zip(&self.key_ends)
-            .enumerate()
+            .zip(&self.kinds)
         {
-            if i > 0 {
-                out.push(b',');
-            }
+            // The key with the `{` or `,` before it.
             out.extend_from_slice(self.keys.get(start..end).unwrap_or_default());
             start = end;
-            write_cell(out, col, v, Temporal::DebeziumAdaptive);
+            write_cell_as(out, col, kind, cell, Temporal::DebeziumAdaptive);
+        }
+        if start == 0 {
+            // No column: the `{` of the first key was not written.
+            out.push(b'{');
         }
         out.push(b'}');
     }

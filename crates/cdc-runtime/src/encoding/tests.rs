@@ -639,6 +639,15 @@ fn line_encoder_writes_what_encode_line_at_writes() {
     // A schema equal to `t` but another allocation (a new Relation message).
     let t2 = Arc::new((*t).clone());
     evs.push(event(Operation::Create, &t2, None, row(6)));
+    // A table without columns: `{}` rows.
+    let empty = Arc::new(TableSchema {
+        oid: 3,
+        schema: "public".into(),
+        table: "empty".into(),
+        columns: vec![],
+    });
+    evs.push(event(Operation::Create, &empty, None, Some(vec![])));
+    evs.push(event(Operation::Update, &empty, Some(vec![]), Some(vec![])));
 
     for enc in [debezium_encoder(), JsonEncoder::new(JsonFormat::Plain)] {
         let now = 1_700_000_000_123;

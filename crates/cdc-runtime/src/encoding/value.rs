@@ -25,29 +25,71 @@ pub(crate) enum Temporal {
     Iso,
 }
 
+/// How [`write_cell_as`] writes a column the server sent as text, decided
+/// once from the column's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TextKind {
+    /// `int2`/`int4`/`int8`/`oid`: the text as it is, when canonical.
+    Integer,
+    /// `text`/`varchar`/`bpchar`/`name`/`json`/`jsonb`: the text, escaped.
+    Text,
+    /// Anything else: decoded, then written as its value.
+    Other,
+}
+
+impl TextKind {
+    /// The kind of a column of type `type_oid`.
+    pub(crate) fn of(type_oid: cdc_core::Oid) -> Self {
+        use cdc_core::types::*;
+        match type_oid {
+            INT2 | INT4 | INT8 | OID => TextKind::Integer,
+            TEXT | VARCHAR | BPCHAR | NAME | JSON | JSONB => TextKind::Text,
+            _ => TextKind::Other,
+        }
+    }
+}
+
 /// Writes one column of a row: as [`write_value`] writes its decoded value,
 /// but copying the text of the commonest types (integers, text, json) as
 /// the server sent it where that is the same JSON, without decoding.
 pub(crate) fn write_cell(out: &mut Vec<u8>, col: &ColumnSchema, cell: Cell<'_>, mode: Temporal) {
-    use cdc_core::types::*;
+    write_cell_as(out, col, TextKind::of(col.type_oid), cell, mode);
+}
+
+/// [`write_cell`] with the column's [`TextKind`] known: the copied cases
+/// inline, everything else out of line.
+#[inline(always)]
+pub(crate) fn write_cell_as(
+    out: &mut Vec<u8>,
+    col: &ColumnSchema,
+    kind: TextKind,
+    cell: Cell<'_>,
+    mode: Temporal,
+) {
+    use cdc_core::TupleValue;
+    match (cell, kind) {
+        (Cell::Wire(TupleValue::Text(raw)), TextKind::Integer) if is_canonical_integer(raw) => {
+            out.extend_from_slice(raw);
+        }
+        // The row decoded as text when it was converted, so `raw` is UTF-8.
+        (Cell::Wire(TupleValue::Text(raw)), TextKind::Text) => {
+            out.push(b'"');
+            write_escaped_utf8(out, raw);
+            out.push(b'"');
+        }
+        (Cell::Wire(TupleValue::Null), _) => out.extend_from_slice(b"null"),
+        _ => write_cell_decoded(out, col, cell, mode),
+    }
+}
+
+/// A column as its decoded value (the cases [`write_cell_as`] does not copy).
+#[inline(never)]
+fn write_cell_decoded(out: &mut Vec<u8>, col: &ColumnSchema, cell: Cell<'_>, mode: Temporal) {
     use cdc_core::TupleValue;
     match cell {
         Cell::Value(v) => write_value(out, v, col.type_modifier, mode),
         Cell::Wire(TupleValue::Null) => out.extend_from_slice(b"null"),
         Cell::Wire(TupleValue::UnchangedToast) => write_str(out, UNAVAILABLE_VALUE),
-        Cell::Wire(TupleValue::Text(raw))
-            if matches!(col.type_oid, INT2 | INT4 | INT8 | OID) && is_canonical_integer(raw) =>
-        {
-            out.extend_from_slice(raw);
-        }
-        // The row decoded as text when it was converted, so `raw` is UTF-8.
-        Cell::Wire(TupleValue::Text(raw))
-            if matches!(col.type_oid, TEXT | VARCHAR | BPCHAR | NAME | JSON | JSONB) =>
-        {
-            out.push(b'"');
-            write_escaped_utf8(out, raw);
-            out.push(b'"');
-        }
         Cell::Wire(tv) => write_value(out, &decode_cell(tv, col.type_oid), col.type_modifier, mode),
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cdc_core::pgoutput::Relation;
 use cdc_core::{
-    decode_binary, decode_text, Change, Lsn, Oid, PgTimestamp, RelationCache, TupleData,
+    validate_binary, validate_text, Change, Lsn, Oid, PgTimestamp, RelationCache, TupleData,
     TupleValue, TxnEvent, TxnKind, ValueError, Xid,
 };
 
@@ -209,9 +209,10 @@ impl EventConverter {
                 source.clone(),
             );
             ev.index = next;
-            next = next
-                .checked_add(1)
-                .ok_or(ConvertError::TooManyEvents { xid: open.xid })?;
+            let Some(after) = next.checked_add(1) else {
+                return Err(ConvertError::TooManyEvents { xid: open.xid });
+            };
+            next = after;
             out.push(ev);
         }
         if let Some(o) = self.open.as_mut() {
@@ -293,7 +294,10 @@ impl EventConverter {
             Change::Truncate(_) => "Truncate",
             Change::Message(_) => "Message",
         };
-        let open = self.open.ok_or(ConvertError::NoTransaction { what })?;
+        // Not `ok_or`: that builds (and drops) the error for every change.
+        let Some(open) = self.open else {
+            return Err(ConvertError::NoTransaction { what });
+        };
         let source = SourceInfo {
             commit_lsn: open.commit_lsn,
             lsn: lsn.unwrap_or(open.commit_lsn),
@@ -343,9 +347,9 @@ impl EventConverter {
             }
             Change::Truncate(m) => {
                 for &oid in &m.relations {
-                    let rel = relations
-                        .relation(oid)
-                        .ok_or(ConvertError::UnknownRelation { oid })?;
+                    let Some(rel) = relations.relation(oid) else {
+                        return Err(ConvertError::UnknownRelation { oid });
+                    };
                     let table = self.schema(rel);
                     out.push(row_event(
                         Operation::Truncate,
@@ -368,9 +372,10 @@ impl EventConverter {
         let mut next = open.next_index;
         for ev in out.iter_mut().skip(start) {
             ev.index = next;
-            next = next
-                .checked_add(1)
-                .ok_or(ConvertError::TooManyEvents { xid: open.xid })?;
+            let Some(after) = next.checked_add(1) else {
+                return Err(ConvertError::TooManyEvents { xid: open.xid });
+            };
+            next = after;
         }
         if let Some(o) = self.open.as_mut() {
             o.next_index = next;
@@ -439,10 +444,12 @@ pub(crate) fn decode_row(
         });
     }
     for (col, tv) in table.columns.iter().zip(tuple.iter()) {
+        // The value itself is not kept: validating builds none for the
+        // commonest types, with the errors decoding would give.
         let decoded = match tv {
             TupleValue::Null | TupleValue::UnchangedToast => Ok(()),
-            TupleValue::Text(raw) => decode_text(col.type_oid, raw).map(drop),
-            TupleValue::Binary(raw) => decode_binary(col.type_oid, raw).map(drop),
+            TupleValue::Text(raw) => validate_text(col.type_oid, raw),
+            TupleValue::Binary(raw) => validate_binary(col.type_oid, raw),
         };
         decoded.map_err(|source| ConvertError::Value {
             schema: table.schema.clone(),
@@ -479,7 +486,7 @@ mod tests {
     use cdc_core::pgoutput::{
         Column, Delete, Insert, OldTuple, Relation, ReplicaIdentity, Truncate, Update,
     };
-    use cdc_core::{types, TxnBegin, TxnCommit, Value};
+    use cdc_core::{decode_text, types, TxnBegin, TxnCommit, Value};
 
     use super::*;
 
@@ -674,6 +681,26 @@ mod tests {
         match conv.handle(&bad, &cache, None, &mut out) {
             Err(ConvertError::Value { column, .. }) => assert_eq!(&*column, "id"),
             other => panic!("{other:?}"),
+        }
+        // Validation gives the errors decoding gives (it builds no value).
+        let cases: [(&[u8], &[u8], &str, Oid); 5] = [
+            (b"99999999999999999999", b"", "id", types::INT8),
+            (b"9223372036854775808", b"", "id", types::INT8),
+            (b"-", b"", "id", types::INT8),
+            (b"1", b"caf\xc3", "doc", types::TEXT),
+            (b"1", b"ok \xff\xfe", "doc", types::TEXT),
+        ];
+        for (id, doc, bad_column, oid) in cases {
+            let bad = insert(tuple(&[TupleValue::Text(id), TupleValue::Text(doc)]));
+            let raw = if bad_column == "id" { id } else { doc };
+            let want = decode_text(oid, raw).unwrap_err();
+            match conv.handle(&bad, &cache, None, &mut out) {
+                Err(ConvertError::Value { column, source, .. }) => {
+                    assert_eq!(&*column, bad_column);
+                    assert_eq!(source, want, "{raw:?}");
+                }
+                other => panic!("{raw:?}: {other:?}"),
+            }
         }
         let trunc = TxnEvent::Change(Change::Truncate(Truncate {
             xid: None,

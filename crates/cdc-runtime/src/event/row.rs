@@ -94,9 +94,10 @@ impl Row {
     pub(crate) fn cells(&self) -> Cells<'_> {
         match &self.0 {
             Repr::Values(v) => Cells::Values(v.iter()),
-            // Validated when the row was built; an error ends the columns.
+            // Only built by `RowArena::row` from a parsed (so validated)
+            // tuple: the columns are not validated again.
             Repr::Wire { columns, count } => {
-                Cells::Wire(TupleData::iter_raw_columns(columns, *count).ok())
+                Cells::Wire(TupleData::iter_validated_raw_columns(columns, *count))
             }
         }
     }
@@ -124,7 +125,7 @@ impl fmt::Debug for Row {
 /// Iterator over the columns of a [`Row`].
 pub(crate) enum Cells<'r> {
     Values(std::slice::Iter<'r, Value<'static>>),
-    Wire(Option<TupleIter<'r>>),
+    Wire(TupleIter<'r>),
 }
 
 impl<'r> Iterator for Cells<'r> {
@@ -134,7 +135,7 @@ impl<'r> Iterator for Cells<'r> {
     fn next(&mut self) -> Option<Cell<'r>> {
         match self {
             Cells::Values(it) => it.next().map(Cell::Value),
-            Cells::Wire(it) => it.as_mut()?.next().map(Cell::Wire),
+            Cells::Wire(it) => it.next().map(Cell::Wire),
         }
     }
 }

@@ -1236,6 +1236,10 @@ impl Source<'_> {
         let pending = std::mem::take(&mut self.pending);
         // What stays open continues in the next batch.
         self.pending.committed = 0;
+        // Room for as many events as this batch held (at most a full batch):
+        // one allocation per batch instead of the doublings of a `Vec`
+        // grown from empty, each copying the events so far.
+        self.pending.events = Vec::with_capacity(pending.events.len().min(self.options.batch_size));
         let batch = Arc::new(Batch {
             events: pending.events,
             commit_end: pending.commit_end,
