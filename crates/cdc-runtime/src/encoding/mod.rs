@@ -70,7 +70,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use cdc_core::{Lsn, PgTimestamp, TimestampTz, Value, Xid};
 
-use crate::event::{Cell, ChangeEvent, Operation, Row, TableSchema};
+use crate::event::{Cell, ChangeEvent, Operation, Row, SourceInfo, TableSchema};
 use json::{write_base64, write_display_str, write_int, write_str};
 pub use value::UNAVAILABLE_VALUE;
 use value::{write_cell, write_cell_as, Temporal, TextKind};
@@ -311,48 +311,13 @@ impl Envelope {
                 self.kinds.push(TextKind::of(col.type_oid));
             }
         }
-        let out = &mut self.head;
-        out.clear();
-        out.extend_from_slice(source_head);
-        write_int(out, s.commit_time.and_then(pg_time_ms).unwrap_or(now_ms));
-        out.extend_from_slice(if ev.op == Operation::Read {
-            b",\"snapshot\":\"true\""
-        } else {
-            b",\"snapshot\":\"false\""
-        });
-        out.extend_from_slice(b",\"db\":");
-        write_str(out, &s.database);
-        out.extend_from_slice(b",\"sequence\":\"[\\\"");
-        write_int(out, s.commit_lsn.as_u64());
-        out.extend_from_slice(b"\\\",\\\"");
-
-        let out = &mut self.middle;
-        out.clear();
-        out.extend_from_slice(b"\\\"]\",\"schema\":");
-        write_str(out, &table.schema);
-        out.extend_from_slice(b",\"table\":");
-        write_str(out, &table.table);
-        out.extend_from_slice(b",\"txId\":");
-        if s.xid == 0 {
-            out.extend_from_slice(b"null");
-        } else {
-            write_int(out, s.xid);
-        }
-        out.extend_from_slice(b",\"lsn\":");
-
-        let out = &mut self.tail;
-        out.clear();
-        out.extend_from_slice(b",\"xmin\":null},\"op\":");
-        write_str(out, ev.op.debezium_code());
-        out.extend_from_slice(b",\"ts_ms\":");
-        write_int(out, now_ms);
-        out.extend_from_slice(b",\"transaction\":{\"id\":\"");
-        if s.xid != 0 {
-            write_int(out, s.xid);
-            out.push(b':');
-        }
-        write_int(out, s.commit_lsn.as_u64());
-        out.extend_from_slice(b"\",\"total_order\":");
+        self.head.clear();
+        source_to_sequence(&mut self.head, source_head, ev, now_ms);
+        self.middle.clear();
+        sequence_to_lsn(&mut self.middle, &table.schema, &table.table, s.xid);
+        self.tail.clear();
+        lsn_to_ts_ms(&mut self.tail, ev, now_ms);
+        transaction_to_total_order(&mut self.tail, s);
 
         self.key = Some(EnvelopeKey {
             table: table.clone(),
@@ -472,6 +437,39 @@ fn debezium(ev: &ChangeEvent, source_head: &[u8], now_ms: i64, out: &mut Vec<u8>
         out.push(b',');
     }
     let s = &ev.source;
+    source_to_sequence(out, source_head, ev, now_ms);
+    write_int(out, s.lsn.as_u64());
+    sequence_to_lsn(
+        out,
+        table.map_or("", |t| &t.schema),
+        table.map_or("", |t| &t.table),
+        s.xid,
+    );
+    write_int(out, s.lsn.as_u64());
+    lsn_to_ts_ms(out, ev, now_ms);
+    if let Some(m) = &ev.message {
+        out.extend_from_slice(b",\"message\":{\"prefix\":");
+        write_str(out, &m.prefix);
+        out.extend_from_slice(b",\"content\":");
+        write_base64(out, &m.content);
+        out.push(b'}');
+    }
+    // Debezium's transaction metadata block: `total_order` is the event's
+    // 1-based position in its transaction, so `(id, total_order)` (commit LSN
+    // and event index) identifies an event that a restart delivered again.
+    transaction_to_total_order(out, s);
+    write_int(out, u64::from(ev.index) + 1);
+    out.extend_from_slice(b"}}");
+}
+
+// The parts of a Debezium envelope between the values that vary per event (the
+// event LSN, twice, and the event's position in its transaction), shared by
+// `debezium` and the line encoder, which renders them once per run of events.
+
+/// From the `source` block's constant head to the opening of the event LSN in
+/// `sequence`.
+fn source_to_sequence(out: &mut Vec<u8>, source_head: &[u8], ev: &ChangeEvent, now_ms: i64) {
+    let s = &ev.source;
     out.extend_from_slice(source_head);
     write_int(out, s.commit_time.and_then(pg_time_ms).unwrap_or(now_ms));
     out.extend_from_slice(if ev.op == Operation::Read {
@@ -484,33 +482,33 @@ fn debezium(ev: &ChangeEvent, source_head: &[u8], now_ms: i64, out: &mut Vec<u8>
     out.extend_from_slice(b",\"sequence\":\"[\\\"");
     write_int(out, s.commit_lsn.as_u64());
     out.extend_from_slice(b"\\\",\\\"");
-    write_int(out, s.lsn.as_u64());
+}
+
+/// From the end of `sequence` to the key of `source.lsn`.
+fn sequence_to_lsn(out: &mut Vec<u8>, schema: &str, table: &str, xid: Xid) {
     out.extend_from_slice(b"\\\"]\",\"schema\":");
-    write_str(out, table.map_or("", |t| &t.schema));
+    write_str(out, schema);
     out.extend_from_slice(b",\"table\":");
-    write_str(out, table.map_or("", |t| &t.table));
+    write_str(out, table);
     out.extend_from_slice(b",\"txId\":");
-    if s.xid == 0 {
+    if xid == 0 {
         out.extend_from_slice(b"null");
     } else {
-        write_int(out, s.xid);
+        write_int(out, xid);
     }
     out.extend_from_slice(b",\"lsn\":");
-    write_int(out, s.lsn.as_u64());
+}
+
+/// From the end of `source` to the envelope's `ts_ms` value.
+fn lsn_to_ts_ms(out: &mut Vec<u8>, ev: &ChangeEvent, now_ms: i64) {
     out.extend_from_slice(b",\"xmin\":null},\"op\":");
     write_str(out, ev.op.debezium_code());
     out.extend_from_slice(b",\"ts_ms\":");
     write_int(out, now_ms);
-    if let Some(m) = &ev.message {
-        out.extend_from_slice(b",\"message\":{\"prefix\":");
-        write_str(out, &m.prefix);
-        out.extend_from_slice(b",\"content\":");
-        write_base64(out, &m.content);
-        out.push(b'}');
-    }
-    // Debezium's transaction metadata block: `total_order` is the event's
-    // 1-based position in its transaction, so `(id, total_order)` (commit LSN
-    // and event index) identifies an event that a restart delivered again.
+}
+
+/// The `transaction` block up to the value of `total_order`.
+fn transaction_to_total_order(out: &mut Vec<u8>, s: &SourceInfo) {
     out.extend_from_slice(b",\"transaction\":{\"id\":\"");
     if s.xid != 0 {
         write_int(out, s.xid);
@@ -518,8 +516,6 @@ fn debezium(ev: &ChangeEvent, source_head: &[u8], now_ms: i64, out: &mut Vec<u8>
     }
     write_int(out, s.commit_lsn.as_u64());
     out.extend_from_slice(b"\",\"total_order\":");
-    write_int(out, u64::from(ev.index) + 1);
-    out.extend_from_slice(b"}}");
 }
 
 fn plain(ev: &ChangeEvent, out: &mut Vec<u8>) {
