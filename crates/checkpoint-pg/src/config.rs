@@ -65,8 +65,10 @@ pub struct PgStoreConfig {
     /// `<table>_schema_version`). Any name of at most 48 bytes: it is always quoted.
     pub table: String,
     /// Envelopes up to this many bytes (uncompressed length) are stored inline in the
-    /// metadata row (default 2 MiB): one statement, where the chunked layouts need a
-    /// transaction of several round trips, which only pays off for bigger states.
+    /// metadata row: one statement, where the chunked layouts need a transaction of
+    /// several round trips, which only pays off for bigger states. The default,
+    /// [`DEFAULT_INLINE_THRESHOLD`], keeps states up to 1 MiB inline: 1 MiB plus 64 KiB
+    /// for the checkpoint's own fields (ids, positions, operator names, snapshot progress).
     pub inline_threshold: usize,
     /// How larger checkpoints are stored (default [`LargeLayout::ChunkRows`]).
     pub large_layout: LargeLayout,
@@ -92,12 +94,16 @@ pub struct PgStoreConfig {
     pub pool: PoolOptions,
 }
 
+/// The default [`PgStoreConfig::inline_threshold`]: 1 MiB of state plus 64 KiB for the
+/// checkpoint's own fields around it.
+pub const DEFAULT_INLINE_THRESHOLD: usize = (1 << 20) + (64 << 10);
+
 impl Default for PgStoreConfig {
     fn default() -> Self {
         PgStoreConfig {
             schema: "pgcdc".into(),
             table: "checkpoints".into(),
-            inline_threshold: 2 << 20,
+            inline_threshold: DEFAULT_INLINE_THRESHOLD,
             large_layout: LargeLayout::default(),
             row_chunk_size: 1 << 20,
             large_object_chunk_size: 8 << 20,

@@ -13,7 +13,7 @@
 //! * `<table>`: one row per checkpoint, primary key `(job, checkpoint_id)`, with the commit
 //!   end LSN, creation time, format version, stored size, CRC32C, storage kind, chunk size
 //!   and count, and the writer's epoch. Envelopes up to
-//!   [`PgStoreConfig::inline_threshold`] (2 MiB) are stored in its `data` column (`BYTEA`).
+//!   [`PgStoreConfig::inline_threshold`] (1 MiB of state) are stored in its `data` column (`BYTEA`).
 //! * `<table>_chunks`: bigger envelopes, by default ([`LargeLayout::ChunkRows`]), as rows
 //!   `(job, checkpoint_id, seq) -> bytea` written with binary `COPY` while the next chunk is
 //!   being encoded on a blocking thread. No foreign key ties them to their checkpoint row:
@@ -105,7 +105,7 @@ mod schema;
 mod sql;
 mod store;
 
-pub use config::{ConfigError, LargeLayout, PgStoreConfig, PoolOptions};
+pub use config::{ConfigError, LargeLayout, PgStoreConfig, PoolOptions, DEFAULT_INLINE_THRESHOLD};
 pub use identity::{database_identity, DatabaseIdentity};
 pub use schema::{quote_ident, SCHEMA_VERSION};
 pub use store::PgCheckpointStore;

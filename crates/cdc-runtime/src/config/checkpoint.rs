@@ -44,7 +44,7 @@ pub struct CheckpointConfig {
     #[serde(default = "default_keep")]
     pub keep: usize,
     /// Encoded checkpoints up to this many bytes are stored inline in their
-    /// row; bigger ones in chunks (default: the store's, 2 MiB).
+    /// row; bigger ones in chunks (default: the store's, 1 MiB of state plus 64 KiB).
     #[serde(default)]
     pub inline_threshold: Option<usize>,
     /// How far the slot may be confirmed: `oldest` retained checkpoint
