@@ -113,13 +113,7 @@ impl Transport {
             if let Some(frame) = split_frame(&mut self.read)? {
                 return Ok(frame);
             }
-            if self.read.capacity() - self.read.len() < MIN_FREE {
-                self.read.reserve(READ_CHUNK);
-            }
-            let n = self.socket.read_buf(&mut self.read).await?;
-            if n == 0 {
-                return Err(ReplicationError::Closed);
-            }
+            self.fill().await?;
         }
     }
 
