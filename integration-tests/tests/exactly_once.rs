@@ -204,11 +204,15 @@ async fn run_workload(
     let config = config(&db, name, commit_with_checkpoint);
     let (stop, task) = spawn(&config);
     await_streaming(&client, name).await;
-    write(&client, 0, 40).await;
-    // Stopped once a checkpoint covers the whole workload.
     let store = PgCheckpointStore::connect(db.connection_info().config(), PgStoreConfig::default())
         .await
         .unwrap();
+    // Two halves, each awaited until a checkpoint covers it: the second
+    // half's checkpoint is saved after the first one's was, so the sink's
+    // writes span at least two checkpoints however fast the machine is.
+    write(&client, 0, 20).await;
+    await_covered(&client, &store, name).await;
+    write(&client, 20, 20).await;
     await_covered(&client, &store, name).await;
     let progress = stop_and_compare(stop, task, &client).await;
     assert!(progress.checkpoints.saved >= 2, "{progress:?}");
