@@ -388,6 +388,47 @@ async fn a_corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
 }
 
 #[tokio::test]
+async fn a_job_lock_is_granted_when_its_holder_goes_and_refused_after_the_wait() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    let (a, b) = (store(&db).await, store(&db).await);
+    let held = job::JobLock::acquire(a.pool(), "locked").await.unwrap();
+    // Held elsewhere: refused once the wait is over, naming the holder.
+    let err = job::JobLock::acquire_within(b.pool(), "locked", Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, job::LockError::Held { pid, .. } if pid > 0),
+        "{err}"
+    );
+    // A waiter gets it the moment the holder's session ends.
+    let waiter =
+        tokio::spawn(
+            async move { job::JobLock::acquire_within(b.pool(), "locked", TIMEOUT).await },
+        );
+    eventually("a session waiting for the lock", || async {
+        let waiting: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                 AND ((classid::int8 << 32) | objid::int8) = hashtextextended('pgcdc job locked', 0)",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (waiting == 1).then_some(())
+    })
+    .await;
+    drop(held);
+    tokio::time::timeout(TIMEOUT, waiter)
+        .await
+        .expect("the waiter was not granted the lock")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
 async fn a_second_instance_of_a_running_job_is_refused() {
     init_logging();
     let db = TestPostgres::new_database().await.unwrap();

@@ -6,8 +6,19 @@
 //! database, on a connection of its own held for the whole run. A second
 //! instance finds the lock taken and stops with a message naming the holder;
 //! when the first dies its connection closes and the lock is free again.
+//!
+//! The server frees the lock only once it has seen the dead instance's
+//! connection close, a moment after the process died. So a job restarted
+//! at once (by a supervisor, say) waits for the lock, up to [`LOCK_WAIT`],
+//! on the server, before it calls the job taken.
+
+use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
+use tokio_postgres::error::SqlState;
+
+/// How long [`JobLock::acquire`] waits for a held lock to be freed.
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Holds a job's advisory lock until dropped (the connection is closed).
 #[derive(Debug)]
@@ -38,25 +49,46 @@ const KEY_SQL: &str = "pg_catalog.hashtextextended('pgcdc job ' || $1, 0)";
 
 impl JobLock {
     /// Takes the lock of `job` on a connection taken out of `pool` (it is
-    /// not returned to the pool: dropping the lock closes it).
+    /// not returned to the pool: dropping the lock closes it). Waits up to
+    /// [`LOCK_WAIT`] while another session holds it.
     pub async fn acquire(pool: &Pool, job: &str) -> Result<JobLock, LockError> {
+        Self::acquire_within(pool, job, LOCK_WAIT).await
+    }
+
+    /// [`acquire`](Self::acquire), waiting up to `wait` (at least 1 ms).
+    pub async fn acquire_within(
+        pool: &Pool,
+        job: &str,
+        wait: Duration,
+    ) -> Result<JobLock, LockError> {
         let obj = pool
             .get()
             .await
             .map_err(|e| LockError::Database(e.to_string()))?;
         let client = Object::take(obj);
-        let row = client
-            .query_one(
-                &format!("SELECT pg_catalog.pg_try_advisory_lock({KEY_SQL})"),
-                &[&job],
-            )
+        // The wait happens on the server: the lock is granted the moment
+        // its holder's session ends, or the statement fails at the timeout.
+        let millis = wait.as_millis().clamp(1, i32::MAX as u128);
+        client
+            .batch_execute(&format!("SET lock_timeout = {millis}"))
             .await
             .map_err(|e| LockError::Database(e.to_string()))?;
-        let got: bool = row
-            .try_get(0)
-            .map_err(|e| LockError::Database(e.to_string()))?;
-        if got {
-            return Ok(JobLock { _client: client });
+        let taken = client
+            .execute(
+                &format!("SELECT pg_catalog.pg_advisory_lock({KEY_SQL})"),
+                &[&job],
+            )
+            .await;
+        match taken {
+            Ok(_) => {
+                client
+                    .batch_execute("RESET lock_timeout")
+                    .await
+                    .map_err(|e| LockError::Database(e.to_string()))?;
+                return Ok(JobLock { _client: client });
+            }
+            Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {}
+            Err(e) => return Err(LockError::Database(e.to_string())),
         }
         let holder = client
             .query_opt(

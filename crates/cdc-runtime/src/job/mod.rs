@@ -36,7 +36,7 @@ use crate::sinks::open_sink;
 use crate::snapshot::{SnapshotError, SnapshotPlan, SnapshotState, StartupMode};
 use crate::tls_connect::PgClientSettings;
 
-pub use lock::{JobLock, LockError};
+pub use lock::{JobLock, LockError, LOCK_WAIT};
 pub use store::{open_store, store_connection};
 
 /// Options of [`run`] beyond the configuration file.
