@@ -124,7 +124,8 @@ impl Transport {
     /// [`read_frame`](Self::read_frame)) or at an incomplete one
     /// ([`InPlace::NeedMore`]: call [`fill`](Self::fill)). An error from
     /// `f` is returned at once; the message it failed on and those after it
-    /// stay in the buffer.
+    /// stay in the buffer. So does a message with an impossible length (a
+    /// protocol error); those before it are dropped, as they were handed over.
     pub(crate) fn take_in_place<E>(
         &mut self,
         tag: u8,
@@ -185,7 +186,15 @@ where
     let mut used = 0;
     let outcome = loop {
         let rest = buf.get(used..).unwrap_or_default();
-        match peek_frame(rest).map_err(ReplicationError::from)? {
+        let peeked = match peek_frame(rest) {
+            Ok(peeked) => peeked,
+            Err(e) => {
+                // The messages before the bad one were handed over.
+                buf.advance(used);
+                return Err(ReplicationError::from(e).into());
+            }
+        };
+        match peeked {
             Peek::Complete { tag: t, body } if t == tag => {
                 let total = body.len() + 5;
                 if let Err(e) = f(body) {
@@ -295,11 +304,17 @@ mod tests {
 
     #[test]
     fn impossible_lengths_and_callback_errors_stop_the_copy() {
-        let mut buf = BytesMut::from(&[b'd', 0, 0, 0, 3, 0][..]);
+        let mut buf = BytesMut::new();
+        msg(b'd', b"before", &mut buf);
+        buf.extend_from_slice(&[b'd', 0, 0, 0, 3, 0]);
+        let mut seen = Vec::new();
         assert!(matches!(
-            take(&mut buf, &mut Vec::new()),
+            take(&mut buf, &mut seen),
             Err(ReplicationError::Protocol(_))
         ));
+        // What was handed over is gone; the bad message is at the front.
+        assert_eq!(seen, [b"before".to_vec()]);
+        assert_eq!(&buf[..], &[b'd', 0, 0, 0, 3, 0]);
         let mut buf = BytesMut::new();
         msg(b'd', b"ok", &mut buf);
         msg(b'd', b"bad", &mut buf);
@@ -319,5 +334,76 @@ mod tests {
             split_frame(&mut buf).unwrap().unwrap().body.as_ref(),
             b"bad"
         );
+    }
+
+    /// Messages of a few types, as the server could send them.
+    fn messages() -> impl proptest::strategy::Strategy<Value = Vec<(u8, Vec<u8>)>> {
+        use proptest::prelude::*;
+        let tag = prop::sample::select(vec![b'd', b'd', b'd', b'c', b'k']);
+        prop::collection::vec((tag, prop::collection::vec(any::<u8>(), 0..300)), 0..20)
+    }
+
+    proptest::proptest! {
+        /// However the socket cuts the stream, taking CopyData in place and
+        /// splitting the rest off as frames yields every message once, in order.
+        #[test]
+        fn in_place_and_split_frames_agree_over_any_cuts(
+            sent in messages(),
+            cuts in proptest::collection::vec(1usize..400, 0..40),
+        ) {
+            let mut wire = BytesMut::new();
+            for (tag, body) in &sent {
+                msg(*tag, body, &mut wire);
+            }
+            let mut pieces = Vec::new();
+            let mut rest = &wire[..];
+            for cut in cuts {
+                let (piece, after) = rest.split_at(cut.min(rest.len()));
+                pieces.push(piece);
+                rest = after;
+            }
+            pieces.push(rest);
+            let mut buf = BytesMut::new();
+            let mut got = Vec::new();
+            let mut pieces = pieces.into_iter();
+            loop {
+                let mut copy = Vec::new();
+                let outcome = take(&mut buf, &mut copy).unwrap();
+                got.extend(copy.into_iter().map(|b| (b'd', b)));
+                match outcome {
+                    InPlace::Other => {
+                        let frame = split_frame(&mut buf).unwrap().unwrap();
+                        got.push((frame.tag, frame.body.to_vec()));
+                    }
+                    InPlace::NeedMore => match pieces.next() {
+                        Some(piece) => buf.extend_from_slice(piece),
+                        None => break,
+                    },
+                }
+            }
+            proptest::prop_assert_eq!(got, sent);
+            proptest::prop_assert!(buf.is_empty());
+        }
+
+        /// Arbitrary bytes from the server never panic the framing: every
+        /// message is a complete one or an error, and an error consumes nothing.
+        #[test]
+        fn arbitrary_bytes_give_frames_or_errors(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            let mut buf = BytesMut::from(&bytes[..]);
+            loop {
+                let before = buf.len();
+                match take(&mut buf, &mut Vec::new()) {
+                    Err(_) => {
+                        proptest::prop_assert!(split_frame(&mut buf).is_err());
+                        break;
+                    }
+                    Ok(InPlace::NeedMore) => break,
+                    Ok(InPlace::Other) => {
+                        let frame = split_frame(&mut buf).unwrap().unwrap();
+                        proptest::prop_assert!(before - buf.len() >= frame.body.len() + 5);
+                    }
+                }
+            }
+        }
     }
 }
