@@ -360,3 +360,64 @@ async fn migration_2_is_a_no_op_without_the_foreign_key() {
         checkpoint(&job, 3, 10_000)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_4_keeps_checks_an_operator_added() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    admin
+        .batch_execute(&version_1_ddl("ops", "cp"))
+        .await
+        .unwrap();
+    // Added by an operator before the upgrade: one on a column migration 1 never
+    // checked, one over two columns (one of which migration 1 did check).
+    admin
+        .batch_execute(
+            "ALTER TABLE ops.cp ADD CONSTRAINT \"operator: size\" CHECK (stored_bytes >= 0);
+             ALTER TABLE ops.cp ADD CONSTRAINT operator_two
+                 CHECK (checkpoint_id > 0 AND chunk_count >= 0);
+             ALTER TABLE ops.cp_leases ADD CONSTRAINT operator_owner CHECK (owner <> '');",
+        )
+        .await
+        .unwrap();
+    let checks = |table: &'static str| {
+        let admin = &admin;
+        async move {
+            let sql = format!(
+                "SELECT conname::text FROM pg_constraint
+                 WHERE contype = 'c' AND conrelid = '{table}'::regclass ORDER BY conname"
+            );
+            let rows = admin.query(&sql, &[]).await.unwrap();
+            rows.iter().map(|r| r.get(0)).collect::<Vec<String>>()
+        }
+    };
+    // Migration 1's own checks are there too before the upgrade.
+    assert_eq!(checks("ops.cp").await.len(), 4);
+    assert_eq!(checks("ops.cp_leases").await.len(), 2);
+
+    let store = open(&db, config("ops", "cp")).await;
+    assert_eq!(versions(&admin, "ops", "cp").await, all_versions());
+    assert_eq!(checks("ops.cp").await, ["operator: size", "operator_two"]);
+    assert_eq!(checks("ops.cp_leases").await, ["operator_owner"]);
+    // And the store works under them.
+    let job = JobName::new("j").unwrap();
+    let lease = store
+        .acquire_lease(&job, &OwnerId::new("w").unwrap())
+        .await
+        .unwrap();
+    store.save(&lease, &checkpoint(&job, 1, 100)).await.unwrap();
+    store
+        .save(&lease, &checkpoint(&job, 2, 10_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .latest(&job)
+            .await
+            .unwrap()
+            .checkpoint
+            .unwrap()
+            .checkpoint,
+        checkpoint(&job, 2, 10_000)
+    );
+}
