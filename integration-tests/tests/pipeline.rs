@@ -360,7 +360,9 @@ async fn the_slot_is_never_confirmed_past_what_the_sink_flushed() {
         held < commit_lsn,
         "confirmed {held} passed the unflushed commit {commit_lsn}"
     );
-    assert_eq!(held, before);
+    // (It may have moved before the insert: other databases' WAL, with no
+    // transaction of ours pending, is confirmed as it comes.)
+    assert!(held >= before);
     assert!(progress.borrow().confirmed < commit_lsn);
 
     // Let the flush through: the slot follows, to the transaction's end.
