@@ -153,7 +153,10 @@ where
 async fn slot_active(client: &Client, slot: &str) -> bool {
     client
         .query_opt(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active",
+            // A slot being created is active already; changes stream only
+            // after its consistent point (confirmed_flush_lsn set).
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active \
+             AND confirmed_flush_lsn IS NOT NULL",
             &[&slot],
         )
         .await

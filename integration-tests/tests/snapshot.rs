@@ -304,6 +304,24 @@ async fn sigkill_mid_snapshot_reads_only_unfinished_chunks() {
         .unwrap();
     first.wait(Duration::from_secs(10)).await.unwrap();
     let reads_before = chunk_reads(&first.stderr());
+    // A commit the process sent before it died can still land until the
+    // server has seen its connections close: wait for that. (pgcdc's are
+    // named `pgcdc` or `pgcdc <role>`; the test's own `pgcdc-tests`.)
+    let admin = db.connect().await.unwrap();
+    eventually("the killed instance's sessions to end", || async {
+        let left: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() \
+                 AND (application_name = 'pgcdc' OR application_name LIKE 'pgcdc %')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (left == 0).then_some(())
+    })
+    .await;
     // What the last checkpoint before the kill recorded (a later one may
     // have been saved between our read and the kill).
     let saved = progress(&store, "crashsnap").await.unwrap();
