@@ -150,6 +150,12 @@ async fn foreign_keys_on_chunks(admin: &Client, store: &PgCheckpointStore) -> i6
     count(admin, &sql).await
 }
 
+/// The job's newest checkpoint.
+async fn newest(store: &PgCheckpointStore, job: &JobName) -> Checkpoint {
+    let latest = store.latest(job).await.unwrap();
+    latest.checkpoint.unwrap().checkpoint
+}
+
 fn all_versions() -> Vec<i32> {
     (1..=checkpoint_pg::SCHEMA_VERSION).collect()
 }
@@ -349,16 +355,7 @@ async fn migration_2_is_a_no_op_without_the_foreign_key() {
             .unwrap();
     }
     assert_eq!(chunk_rows(&admin, &store, Some(1)).await, 0);
-    assert_eq!(
-        store
-            .latest(&job)
-            .await
-            .unwrap()
-            .checkpoint
-            .unwrap()
-            .checkpoint,
-        checkpoint(&job, 3, 10_000)
-    );
+    assert_eq!(newest(&store, &job).await, checkpoint(&job, 3, 10_000));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,14 +407,5 @@ async fn migration_4_keeps_checks_an_operator_added() {
         .save(&lease, &checkpoint(&job, 2, 10_000))
         .await
         .unwrap();
-    assert_eq!(
-        store
-            .latest(&job)
-            .await
-            .unwrap()
-            .checkpoint
-            .unwrap()
-            .checkpoint,
-        checkpoint(&job, 2, 10_000)
-    );
+    assert_eq!(newest(&store, &job).await, checkpoint(&job, 2, 10_000));
 }
