@@ -26,6 +26,8 @@
 //! and, per field, a 32-bit length (-1 for `NULL`) and that many bytes in
 //! the type's send format. Fields are borrowed from the message.
 
+use core::num::TryFromIntError;
+
 /// The signature that starts a binary COPY stream.
 pub const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
 
@@ -200,21 +202,43 @@ impl<'a> Buf<'a> {
 
 /// Encodes one row as the server does (for tests and fuzzing); with
 /// `header`, the file header goes in front.
-pub fn encode_row(header: bool, fields: &[Option<&[u8]>], out: &mut Vec<u8>) {
+///
+/// # Errors
+/// More than `i16::MAX` fields, or a field longer than `i32::MAX` bytes,
+/// which the format cannot express; `out` is then left as it was.
+pub fn encode_row(
+    header: bool,
+    fields: &[Option<&[u8]>],
+    out: &mut Vec<u8>,
+) -> Result<(), TryFromIntError> {
+    let start = out.len();
+    let written = write_row(header, fields, out);
+    if written.is_err() {
+        out.truncate(start);
+    }
+    written
+}
+
+fn write_row(
+    header: bool,
+    fields: &[Option<&[u8]>],
+    out: &mut Vec<u8>,
+) -> Result<(), TryFromIntError> {
     if header {
         out.extend_from_slice(SIGNATURE);
         out.extend_from_slice(&[0; 8]);
     }
-    out.extend_from_slice(&(fields.len() as i16).to_be_bytes());
+    out.extend_from_slice(&i16::try_from(fields.len())?.to_be_bytes());
     for f in fields {
         match f {
             None => out.extend_from_slice(&(-1i32).to_be_bytes()),
             Some(b) => {
-                out.extend_from_slice(&(b.len() as i32).to_be_bytes());
+                out.extend_from_slice(&i32::try_from(b.len())?.to_be_bytes());
                 out.extend_from_slice(b);
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -223,7 +247,7 @@ mod tests {
 
     fn row(header: bool, fields: &[Option<&[u8]>]) -> Vec<u8> {
         let mut v = Vec::new();
-        encode_row(header, fields, &mut v);
+        encode_row(header, fields, &mut v).unwrap();
         v
     }
 
@@ -233,6 +257,16 @@ mod tests {
         n: usize,
     ) -> Option<Vec<Option<&'a [u8]>>> {
         r.parse(msg, n).unwrap().map(|row| row.fields().collect())
+    }
+
+    #[test]
+    fn rows_the_format_cannot_express_are_refused_and_write_nothing() {
+        let mut out = b"kept".to_vec();
+        let too_many = vec![None; 32_768];
+        assert!(encode_row(true, &too_many, &mut out).is_err());
+        assert_eq!(out, b"kept");
+        encode_row(false, &too_many[1..], &mut out).unwrap();
+        assert_eq!(&out[4..6], &i16::MAX.to_be_bytes());
     }
 
     #[test]

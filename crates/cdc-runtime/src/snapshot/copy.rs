@@ -196,7 +196,8 @@ mod tests {
             true,
             &[Some(&7i64.to_be_bytes()), None, Some(b"a\tb")],
             &mut msg,
-        );
+        )
+        .unwrap();
         let row = d.decode(&msg).unwrap().unwrap();
         assert_eq!(row, decode_text_row(&t, b"7\t\\N\ta\\tb\n").unwrap());
         assert!(d.finish().is_err(), "no trailer yet");
@@ -220,7 +221,7 @@ mod tests {
         let t = table(&[types::INT4]);
         let mut d = RowDecoder::new(&t);
         let mut msg = Vec::new();
-        encode_row(true, &[Some(&[1, 2, 3])], &mut msg);
+        encode_row(true, &[Some(&[1, 2, 3])], &mut msg).unwrap();
         assert!(matches!(d.decode(&msg), Err(SnapshotError::Row { .. })));
         let mut d = RowDecoder::new(&t);
         assert!(matches!(d.decode(b"1\n"), Err(SnapshotError::Row { .. })));
