@@ -15,6 +15,7 @@ use checkpoint_api::{
 };
 use checkpoint_pg::{LargeLayout, PgCheckpointStore, PgStoreConfig};
 use integration_tests::{TestDatabase, TestPostgres};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
 /// A store factory on one test database; `corrupt` and `fail_next_save` act on the tables
@@ -197,19 +198,7 @@ async fn conformance_large_objects_and_odd_names() {
         .await
         .unwrap();
     conformance::empty_state(&factory).await.unwrap();
-    let leftover: i64 = factory
-        .admin
-        .query_one(
-            &format!(
-                "SELECT count(*) FROM pg_largeobject_metadata m
-                 WHERE NOT EXISTS (SELECT 1 FROM {} c WHERE c.lo_oid = m.oid)",
-                factory.store.checkpoints_table()
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let leftover = orphans(&factory.admin, &factory.store).await;
     assert_eq!(leftover, 0, "large objects without a checkpoint row");
 }
 
@@ -372,19 +361,19 @@ async fn stale_writer_is_fenced() {
         .unwrap();
 }
 
+/// The `count(*)` that `sql` selects.
+async fn count(client: &Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> i64 {
+    client.query_one(sql, params).await.unwrap().get(0)
+}
+
+/// Large objects that no checkpoint row references.
 async fn orphans(client: &Client, store: &PgCheckpointStore) -> i64 {
-    client
-        .query_one(
-            &format!(
-                "SELECT count(*) FROM pg_largeobject_metadata m
-                 WHERE NOT EXISTS (SELECT 1 FROM {} c WHERE c.lo_oid = m.oid)",
-                store.checkpoints_table()
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
+    let sql = format!(
+        "SELECT count(*) FROM pg_largeobject_metadata m
+         WHERE NOT EXISTS (SELECT 1 FROM {} c WHERE c.lo_oid = m.oid)",
+        store.checkpoints_table()
+    );
+    count(client, &sql, &[]).await
 }
 
 /// A store keeping 2 checkpoints per job, with states over 1000 bytes in large objects,
@@ -428,11 +417,7 @@ async fn retention_on_save_unlinks_and_vacuum_removes_only_our_orphans() {
         .map(|m| m.id.get())
         .collect();
     assert_eq!(ids, vec![3, 4]);
-    let total: i64 = admin
-        .query_one("SELECT count(*) FROM pg_largeobject_metadata", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let total: i64 = count(&admin, "SELECT count(*) FROM pg_largeobject_metadata", &[]).await;
     assert_eq!(total, 1, "only checkpoint 3's large object is left");
     assert_eq!(orphans(&admin, &store).await, 0);
 
@@ -511,22 +496,16 @@ async fn retention_moves_the_lowest_id_and_never_leaves_a_row_below_it() {
         assert_eq!(orphans(&admin, &store).await, 0);
     }
     // Every large object left belongs to a kept checkpoint.
-    let left: i64 = admin
-        .query_one("SELECT count(*) FROM pg_largeobject_metadata", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let kept_large: i64 = admin
-        .query_one(
-            &format!(
-                "SELECT count(*) FROM {} WHERE job = $1 AND lo_oid IS NOT NULL",
-                store.checkpoints_table()
-            ),
-            &[&job.as_str()],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let left: i64 = count(&admin, "SELECT count(*) FROM pg_largeobject_metadata", &[]).await;
+    let kept_large = count(
+        &admin,
+        &format!(
+            "SELECT count(*) FROM {} WHERE job = $1 AND lo_oid IS NOT NULL",
+            store.checkpoints_table()
+        ),
+        &[&job.as_str()],
+    )
+    .await;
     assert_eq!(left, kept_large);
 }
 
@@ -588,17 +567,15 @@ async fn killed_mid_save(layout: LargeLayout, pattern: &str) {
     assert_eq!(latest.checkpoint.unwrap().checkpoint, first);
     assert!(latest.skipped.is_empty());
     assert_eq!(orphans(&admin, &store).await, 0);
-    let chunk_rows: i64 = admin
-        .query_one(
-            &format!(
-                "SELECT count(*) FROM {} WHERE checkpoint_id = 2",
-                store.chunks_table()
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let chunk_rows = count(
+        &admin,
+        &format!(
+            "SELECT count(*) FROM {} WHERE checkpoint_id = 2",
+            store.chunks_table()
+        ),
+        &[],
+    )
+    .await;
     assert_eq!(chunk_rows, 0);
 }
 
