@@ -51,12 +51,12 @@ enum Step {
     Sql(String),
     /// Drops every constraint of one kind on a table, whatever its name (PostgreSQL chose
     /// it, and shortened it for long table names); none is fine.
-    DropConstraints(Drop),
+    DropConstraints(Constraints),
 }
 
 /// The constraints a [`Step::DropConstraints`] removes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Drop {
+enum Constraints {
     /// Every foreign key from the chunk table to the checkpoints table. Saves, retention
     /// and deletes remove chunk rows themselves, in the statement that deletes their
     /// checkpoint row, instead of a trigger doing it per row at commit.
@@ -122,7 +122,7 @@ fn migrations(n: &Names) -> Vec<Step> {
         lobs = n.large_objects,
         comment = quote_literal("large objects written by pgcdc checkpoint-pg; vacuum() unlinks those no checkpoint references"),
     )),
-        Step::DropConstraints(Drop::ChunkForeignKeys),
+        Step::DropConstraints(Constraints::ChunkForeignKeys),
         Step::Sql(format!(
             "ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS lowest_id bigint;
              COMMENT ON COLUMN {leases}.lowest_id IS {comment};",
@@ -131,7 +131,7 @@ fn migrations(n: &Names) -> Vec<Step> {
                 "no checkpoint row of the job has a lower id; retention scans from here"
             ),
         )),
-        Step::DropConstraints(Drop::Checks),
+        Step::DropConstraints(Constraints::Checks),
     ]
 }
 
@@ -139,7 +139,7 @@ fn migrations(n: &Names) -> Vec<Step> {
 async fn drop_constraints(
     tx: &deadpool_postgres::Transaction<'_>,
     names: &Names,
-    what: Drop,
+    what: Constraints,
 ) -> Result<(), CheckpointError> {
     // `also`: a further condition on the constraint.
     let find = |table: &str, contype: &str, also: &str| {
@@ -158,7 +158,7 @@ async fn drop_constraints(
             WHERE a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
         ) IN ('checkpoint_id', 'storage', 'epoch')";
     let lookups = match what {
-        Drop::ChunkForeignKeys => vec![find(
+        Constraints::ChunkForeignKeys => vec![find(
             &names.chunks,
             "f",
             &format!(
@@ -166,7 +166,7 @@ async fn drop_constraints(
                 quote_literal(&names.checkpoints)
             ),
         )],
-        Drop::Checks => vec![
+        Constraints::Checks => vec![
             find(&names.checkpoints, "c", ours),
             find(&names.leases, "c", ours),
         ],

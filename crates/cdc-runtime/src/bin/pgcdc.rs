@@ -507,8 +507,9 @@ fn main() -> ExitCode {
                 },
                 Some(config),
             ) => slot_status(&config).await,
-            // Every command but the quickstart has its configuration loaded above.
-            (_, None) => Ok(()),
+            // Every command but the quickstart has its configuration loaded
+            // above; a command missing from that list must not pass silently.
+            (_, None) => Err("internal error: this command's configuration was not loaded".into()),
         }
     });
     match result {

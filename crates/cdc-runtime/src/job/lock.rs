@@ -80,13 +80,8 @@ impl JobLock {
             )
             .await;
         match taken {
-            Ok(_) => {
-                client
-                    .batch_execute("RESET lock_timeout")
-                    .await
-                    .map_err(|e| LockError::Database(e.to_string()))?;
-                return Ok(JobLock { _client: client });
-            }
+            // The connection serves the lock alone: its lock_timeout stays.
+            Ok(_) => return Ok(JobLock { _client: client }),
             Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {}
             Err(e) => return Err(LockError::Database(e.to_string())),
         }
