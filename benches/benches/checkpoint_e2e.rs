@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cdc_core::Lsn;
 use cdc_runtime::checkpoint::{recover, slot_state, CheckpointOptions, RecoveryOptions};
-use cdc_runtime::config::Config;
 use cdc_runtime::event::ChangeEvent;
 use cdc_runtime::operators::{CommitContext, Operator, OperatorError, TableCounters};
 use cdc_runtime::pipeline::{Pipeline, PipelineOptions, Progress};
@@ -44,6 +43,7 @@ use checkpoint_api::{
 };
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
 use integration_tests::{TestDatabase, TestPostgres};
+use pgcdc::config::Config;
 use tokio::sync::watch;
 use tokio_postgres::Client;
 

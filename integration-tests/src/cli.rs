@@ -9,12 +9,16 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Output, Stdio};
 use std::time::Duration;
 
-use crate::error::{HarnessError, Result};
+use crate::{HarnessError, Result};
+
+/// How to build the binary when it is missing.
+const NOT_BUILT: &str = "run `cargo build -p pgcdc --bin pgcdc` (with the same profile as the \
+     tests), or `cargo test --workspace`, which builds it";
 
 /// The `pgcdc` binary built next to the running test executable.
 ///
-/// Fails with [`HarnessError::NotBuilt`] (whose message says
-/// `cargo build -p cdc-runtime --bin pgcdc`) when it is not there.
+/// Fails with [`HarnessError::Missing`] (whose message says
+/// `cargo build -p pgcdc --bin pgcdc`) when it is not there.
 pub fn pgcdc_binary() -> Result<PathBuf> {
     let exe = std::env::current_exe()
         .map_err(|e| HarnessError::io("locate", "the test executable", e))?;
@@ -24,12 +28,18 @@ pub fn pgcdc_binary() -> Result<PathBuf> {
         .filter(|d| d.file_name().is_some_and(|n| n == "deps"))
         .and_then(Path::parent)
         .or_else(|| exe.parent())
-        .ok_or_else(|| HarnessError::NotBuilt { path: exe.clone() })?;
+        .ok_or_else(|| HarnessError::Missing {
+            path: exe.clone(),
+            hint: NOT_BUILT,
+        })?;
     let path = profile_dir.join("pgcdc");
     if path.is_file() {
         Ok(path)
     } else {
-        Err(HarnessError::NotBuilt { path })
+        Err(HarnessError::Missing {
+            path,
+            hint: NOT_BUILT,
+        })
     }
 }
 
@@ -128,7 +138,7 @@ impl Pgcdc {
             // `kill(1)`: the harness has no unsafe code for a libc call.
             let mut kill = std::process::Command::new("kill");
             kill.args(["-TERM", &pid.to_string()]);
-            cdc_runtime::embedded::run_output(&mut kill, "kill -TERM")?;
+            throwaway_pg::run_output(&mut kill, "kill -TERM")?;
         }
         self.wait(timeout).await
     }

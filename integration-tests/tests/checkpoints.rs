@@ -1,4 +1,4 @@
-//! Checkpoints and recovery of whole jobs (`cdc_runtime::job::run`, what
+//! Checkpoints and recovery of whole jobs (`pgcdc::run`, what
 //! `pgcdc run` does) against a real server.
 // Test code: a failed step must fail the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -8,14 +8,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cdc_core::Lsn;
-use cdc_runtime::config::Config;
-use cdc_runtime::job::{self, JobError, RunOptions};
+use cdc_runtime::job::{self, JobError};
 use cdc_runtime::operators::{Group, KeyedAggregate, KeyedAggregateSpec};
 use cdc_runtime::pipeline::Progress;
 use cdc_runtime::sinks::FileSink;
 use checkpoint_api::{CheckpointStore, JobName};
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
 use integration_tests::{ClusterOptions, TestDatabase, TestPostgres};
+use pgcdc::config::Config;
+use pgcdc::RunOptions;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_postgres::Client;
@@ -96,7 +97,7 @@ impl Job {
         let (stop, stopped) = oneshot::channel::<()>();
         let config = self.config.clone();
         let task = tokio::spawn(async move {
-            job::run(&config, &RunOptions::default(), async move {
+            pgcdc::run(&config, &RunOptions::default(), async move {
                 let _ = stopped.await;
             })
             .await
@@ -452,7 +453,7 @@ async fn a_second_instance_of_a_running_job_is_refused() {
     .await;
     let err = tokio::time::timeout(
         TIMEOUT,
-        job::run(&job.config, &RunOptions::default(), std::future::pending()),
+        pgcdc::run(&job.config, &RunOptions::default(), std::future::pending()),
     )
     .await
     .expect("the second instance must not wait")
@@ -714,7 +715,7 @@ async fn from_checkpoint_resumes_from_an_older_one_and_drops_the_newer() {
     let config = job.config.clone();
     let from = older.id;
     let task = tokio::spawn(async move {
-        job::run(
+        pgcdc::run(
             &config,
             &RunOptions {
                 from_checkpoint: Some(from),
@@ -752,7 +753,7 @@ async fn from_checkpoint_resumes_from_an_older_one_and_drops_the_newer() {
     );
 
     // A checkpoint that does not exist is a clear error.
-    let err = job::run(
+    let err = pgcdc::run(
         &job.config,
         &RunOptions {
             from_checkpoint: checkpoint_api::CheckpointId::new(9999),
@@ -786,7 +787,7 @@ async fn heartbeats_move_the_slot_and_never_reach_the_sinks() {
     .unwrap();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let running = tokio::spawn(async move {
-        job::run(&config, &RunOptions::default(), async {
+        pgcdc::run(&config, &RunOptions::default(), async {
             let _ = stop_rx.await;
         })
         .await

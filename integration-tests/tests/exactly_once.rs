@@ -9,11 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cdc_core::Lsn;
-use cdc_runtime::config::Config;
-use cdc_runtime::job::{self, RunOptions};
+use cdc_runtime::JobError;
 use checkpoint_api::{CheckpointStore, JobName};
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
 use integration_tests::{TestDatabase, TestPostgres};
+use pgcdc::config::Config;
+use pgcdc::RunOptions;
 use tokio::sync::oneshot;
 use tokio_postgres::Client;
 
@@ -108,13 +109,13 @@ fn init_logging() {
     }
 }
 
-type JobTask = tokio::task::JoinHandle<Result<cdc_runtime::pipeline::Progress, job::JobError>>;
+type JobTask = tokio::task::JoinHandle<Result<cdc_runtime::pipeline::Progress, JobError>>;
 
 fn spawn(config: &Config) -> (oneshot::Sender<()>, JobTask) {
     let (stop, stopped) = oneshot::channel::<()>();
     let config = config.clone();
     let task = tokio::spawn(async move {
-        job::run(&config, &RunOptions::default(), async move {
+        pgcdc::run(&config, &RunOptions::default(), async move {
             let _ = stopped.await;
         })
         .await

@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cdc_core::Lsn;
-use cdc_runtime::config::{Config, SourceConfig};
 use cdc_runtime::encoding::{JsonEncoder, JsonFormat};
 use cdc_runtime::event::ChangeEvent;
 use cdc_runtime::pipeline::{Backoff, Pipeline, PipelineOptions, Progress};
@@ -19,6 +18,7 @@ use cdc_runtime::replication::ReplicationConnection;
 use cdc_runtime::setup::{prepare, SetupError, SetupMode};
 use cdc_runtime::sinks::{FileSink, FileSinkOptions, Sink, SinkError};
 use integration_tests::{ClusterOptions, TestDatabase, TestPostgres};
+use pgcdc::config::{Config, SourceConfig};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch, Semaphore};
 use tokio_postgres::Client;
@@ -43,7 +43,12 @@ fn config_text(db: &TestDatabase, tables: &[&str], slot: &str) -> String {
 async fn setup(source: &SourceConfig) -> Result<(), SetupError> {
     let rc = source.replication_config().unwrap();
     let mut conn = ReplicationConnection::connect(&rc).await?;
-    prepare(&mut conn, source, SetupMode::Create).await?;
+    prepare(
+        &mut conn,
+        &source.source_options().unwrap(),
+        SetupMode::Create,
+    )
+    .await?;
     conn.close().await?;
     Ok(())
 }

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cdc_runtime::config::Config;
-use cdc_runtime::job::{run, RunOptions};
 use checkpoint_api::{CheckpointStore, JobName, SnapshotProgress};
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
 use integration_tests::{Pgcdc, TestDatabase, TestPostgres};
+use pgcdc::config::Config;
+use pgcdc::{run, RunOptions};
 use serde_json::Value;
 use tokio_postgres::Client;
 

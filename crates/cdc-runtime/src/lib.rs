@@ -102,17 +102,27 @@
 #![forbid(unsafe_code)]
 
 pub mod checkpoint;
-pub mod config;
-pub mod embedded;
+
 pub mod encoding;
 pub mod event;
 pub mod job;
 pub mod operators;
 mod pg_error;
 pub mod pipeline;
-pub mod quickstart;
 pub mod replication;
 pub mod setup;
 pub mod sinks;
 pub mod snapshot;
+pub mod source;
 pub mod tls_connect;
+
+pub use event::{ChangeEvent, Operation, Row};
+pub use job::{
+    CheckpointSettings, Job, JobBuilder, JobError, PipelineTuning, SnapshotSettings, StoreOptions,
+};
+pub use operators::{CommitContext, Operator, OperatorError};
+pub use pipeline::{Pipeline, PipelineError, PipelineOptions, Progress};
+pub use replication::{ReplicationConfig, ReplicationConnection, ReplicationError};
+pub use sinks::{Sink, SinkError, SinkOptions};
+pub use snapshot::{SnapshotOptions, StartupMode};
+pub use source::{Capture, SourceOptions, TableRef};

@@ -6,10 +6,10 @@
 //! the same host, TLS and authentication as streaming. Every identifier is
 //! quoted and every name passed as a literal is quoted.
 
-use crate::config::{SourceConfig, TableRef};
 use crate::replication::{
     quote_identifier, quote_literal, ReplicationConnection, ReplicationError, SnapshotAction,
 };
+use crate::source::{SourceOptions, TableRef};
 
 /// The oldest server with pgoutput.
 pub const MIN_SERVER_VERSION: u32 = 100_000;
@@ -111,7 +111,7 @@ async fn rows(
 /// Checks the server and creates the publication and slot if allowed.
 pub async fn prepare(
     conn: &mut ReplicationConnection,
-    source: &SourceConfig,
+    source: &SourceOptions,
     mode: SetupMode,
 ) -> Result<SetupReport, SetupError> {
     let version = conn.server_version_num().await?;
@@ -122,13 +122,11 @@ pub async fn prepare(
     if wal_level != "logical" {
         return Err(SetupError::WalLevel(wal_level));
     }
-    if !source.schemas.is_empty() && version < 150_000 {
+    if !source.schemas().is_empty() && version < 150_000 {
         return Err(SetupError::SchemasNeedPg15(version));
     }
-    let tables = source
-        .table_refs()
-        .map_err(|_| SetupError::BadReply("source.tables"))?;
-    for t in &tables {
+    let tables = source.tables();
+    for t in tables {
         let found = rows(
             conn,
             &format!(
@@ -143,7 +141,7 @@ pub async fn prepare(
             return Err(SetupError::MissingTable(t.clone()));
         }
     }
-    for s in &source.schemas {
+    for s in source.schemas() {
         let found = rows(
             conn,
             &format!(
@@ -157,7 +155,7 @@ pub async fn prepare(
         }
     }
 
-    let created_publication = publication(conn, source, &tables, mode).await?;
+    let created_publication = publication(conn, source, tables, mode).await?;
     let created_slot = slot(conn, source, mode).await?;
     Ok(SetupReport {
         server_version_num: version,
@@ -176,7 +174,7 @@ fn table_sql(t: &TableRef) -> String {
 
 async fn publication(
     conn: &mut ReplicationConnection,
-    source: &SourceConfig,
+    source: &SourceOptions,
     tables: &[TableRef],
     mode: SetupMode,
 ) -> Result<bool, SetupError> {
@@ -213,7 +211,7 @@ async fn publication(
                 });
             }
         }
-        for s in &source.schemas {
+        for s in source.schemas() {
             let found = rows(
                 conn,
                 &format!(
@@ -239,7 +237,7 @@ async fn publication(
     if mode == SetupMode::CheckOnly || !source.create_publication {
         return Err(SetupError::MissingPublication(name.clone()));
     }
-    let objects = if source.schemas.is_empty() {
+    let objects = if source.schemas().is_empty() {
         format!(
             "TABLE {}",
             tables.iter().map(table_sql).collect::<Vec<_>>().join(", ")
@@ -248,7 +246,7 @@ async fn publication(
         format!(
             "TABLES IN SCHEMA {}",
             source
-                .schemas
+                .schemas()
                 .iter()
                 .map(|s| quote_identifier(s))
                 .collect::<Vec<_>>()
@@ -266,7 +264,7 @@ async fn publication(
 
 async fn slot(
     conn: &mut ReplicationConnection,
-    source: &SourceConfig,
+    source: &SourceOptions,
     mode: SetupMode,
 ) -> Result<bool, SetupError> {
     let name = &source.slot;
@@ -290,11 +288,11 @@ async fn slot(
         if get(1) != "pgoutput" {
             return Err(bad(format!("uses plugin {:?}, not pgoutput", get(1))));
         }
-        if get(2) != source.database {
+        let database = source.replication.get_dbname();
+        if get(2) != database {
             return Err(bad(format!(
-                "belongs to database {:?}, not {:?}",
+                "belongs to database {:?}, not {database:?}",
                 get(2),
-                source.database
             )));
         }
         return Ok(false);

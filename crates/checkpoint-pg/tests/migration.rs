@@ -11,7 +11,7 @@ use checkpoint_api::{
     SourcePosition, Timestamp,
 };
 use checkpoint_pg::{quote_ident, PgCheckpointStore, PgStoreConfig};
-use integration_tests::{TestDatabase, TestPostgres};
+use throwaway_pg::{TestDatabase, TestPostgres};
 use tokio_postgres::Client;
 
 /// Quoting and PostgreSQL's shortened constraint names both exercised: the table name is

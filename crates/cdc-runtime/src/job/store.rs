@@ -1,48 +1,37 @@
-//! Opening the job's checkpoint store from the configuration.
+//! Where a job's checkpoints are stored: [`StoreOptions`].
 
+use checkpoint_api::CheckpointError;
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
 
-use crate::config::{CheckpointConfig, Config, ConfigFileError};
 use crate::replication::ReplicationConfig;
 use crate::tls_connect::checkpoint_store;
 
-use super::JobError;
-
-/// The connection settings of the checkpoint store: `checkpoint.url` (the
-/// same keys as the source, `sslmode` up to `verify-full` included), or the
-/// source database with the source's credentials and TLS settings.
-pub fn store_connection(
-    config: &Config,
-    cc: &CheckpointConfig,
-) -> Result<ReplicationConfig, ConfigFileError> {
-    let rc = match &cc.url {
-        Some(url) => {
-            url.expose()
-                .parse::<ReplicationConfig>()
-                .map_err(|e| ConfigFileError::Invalid {
-                    key: "checkpoint.url".into(),
-                    // The parser's errors never echo the password.
-                    reason: e.to_string(),
-                })?
-        }
-        None => config.source.replication_config()?,
-    };
-    Ok(rc.application_name("pgcdc checkpoints"))
+/// A PostgreSQL checkpoint store: the connection (the same keys, TLS and
+/// authentication as a source) and the store's tables and layout.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Where the store is (often the source database itself).
+    pub connection: ReplicationConfig,
+    /// Schema, table, inline threshold, retention on save, ...
+    pub config: PgStoreConfig,
 }
 
-/// Connects to the checkpoint store (creating or upgrading its tables).
-pub async fn open_store(
-    config: &Config,
-    cc: &CheckpointConfig,
-) -> Result<PgCheckpointStore, JobError> {
-    let rc = store_connection(config, cc)?;
-    let mut store_config = PgStoreConfig::default();
-    store_config.schema = cc.schema.clone();
-    store_config.table = cc.table.clone();
-    store_config.keep_on_save = Some(cc.keep);
-    if let Some(threshold) = cc.inline_threshold {
-        store_config.inline_threshold = threshold;
+impl StoreOptions {
+    /// A store at `connection` with the default tables (`pgcdc.checkpoints`).
+    pub fn new(connection: ReplicationConfig) -> Self {
+        StoreOptions {
+            connection,
+            config: PgStoreConfig::default(),
+        }
     }
-    tracing::debug!(store = %rc, "opening the checkpoint store");
-    Ok(checkpoint_store(&rc, store_config).await?)
+
+    /// Connects to the store, creating or upgrading its tables.
+    pub async fn open(&self) -> Result<PgCheckpointStore, CheckpointError> {
+        let rc = self
+            .connection
+            .clone()
+            .application_name("pgcdc checkpoints");
+        tracing::debug!(store = %rc, "opening the checkpoint store");
+        checkpoint_store(&rc, self.config.clone()).await
+    }
 }

@@ -65,6 +65,7 @@
 //! batches; at Stream Abort its file is deleted. A rolled-back
 //! subtransaction's changes are skipped on replay. See the `spill` module.
 
+mod defaults;
 mod error;
 mod sink_task;
 mod spill;
@@ -92,6 +93,9 @@ use crate::replication::{
 use crate::sinks::{Sink, SinkError};
 use crate::snapshot::{FromFallback, Snapshot, SnapshotPlan, SnapshotState, WATERMARK_PREFIX};
 
+pub use defaults::{
+    DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY, DEFAULT_STATUS_INTERVAL,
+};
 pub use error::PipelineError;
 use sink_task::{run_committing_sink, run_sink, Batch};
 pub use spill::SpillError;
@@ -201,11 +205,11 @@ impl PipelineOptions {
             publications: vec![publication.into()],
             start_lsn: None,
             proto_version: None,
-            batch_size: crate::config::DEFAULT_BATCH_SIZE,
-            byte_budget: crate::config::DEFAULT_BYTE_BUDGET,
+            batch_size: DEFAULT_BATCH_SIZE,
+            byte_budget: DEFAULT_BYTE_BUDGET,
             spill_dir: std::env::temp_dir(),
-            status_interval: crate::config::DEFAULT_STATUS_INTERVAL,
-            channel_capacity: 4,
+            status_interval: DEFAULT_STATUS_INTERVAL,
+            channel_capacity: DEFAULT_CHANNEL_CAPACITY,
             receive_timeout: Some(Duration::from_secs(90)),
             backoff: Backoff::default(),
             read_pause: Duration::from_millis(1),

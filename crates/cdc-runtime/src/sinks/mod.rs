@@ -34,6 +34,7 @@
 mod file;
 mod lines;
 mod null;
+mod open;
 mod postgres;
 
 use std::io;
@@ -47,103 +48,8 @@ use crate::event::ChangeEvent;
 pub use file::{FileSink, FileSinkOptions};
 pub use lines::{JsonLinesSink, StdoutSink};
 pub use null::NullSink;
+pub use open::{open_sink, PostgresSinkOptions, SinkOptions};
 pub use postgres::{PgTableSink, PgTableSinkOptions, TableName};
-
-/// Opens the sink a `[[sinks]]` entry describes (`default_name`: the name
-/// of an exactly-once PostgreSQL sink's progress row when none is
-/// configured). With `checkpoints`, the job's checkpoint store, an
-/// exactly-once PostgreSQL sink whose target is the store's database commits
-/// the checkpoints with its writes (unless configured not to).
-pub async fn open_sink(
-    config: &crate::config::SinkConfig,
-    default_name: &str,
-    checkpoints: Option<&checkpoint_pg::PgCheckpointStore>,
-) -> Result<Box<dyn Sink>, String> {
-    Ok(match config {
-        crate::config::SinkConfig::Stdout { format } => Box::new(JsonLinesSink::stdout(
-            crate::encoding::JsonEncoder::new(format.json_format()),
-        )),
-        crate::config::SinkConfig::File {
-            path,
-            max_file_bytes,
-            format,
-        } => Box::new(
-            FileSink::open(
-                FileSinkOptions {
-                    path: path.clone(),
-                    max_file_bytes: *max_file_bytes,
-                },
-                crate::encoding::JsonEncoder::new(format.json_format()),
-            )
-            .await
-            .map_err(|e| format!("file sink: {e}"))?,
-        ),
-        crate::config::SinkConfig::Postgres {
-            url,
-            exactly_once,
-            name,
-            tables,
-            commit_with_checkpoint,
-        } => {
-            let mut options = PgTableSinkOptions::default();
-            for (source, target) in tables {
-                let parse = |t: &str| {
-                    crate::config::TableRef::parse(t)
-                        .map(|t| TableName::new(t.schema, t.table))
-                        .map_err(|e| format!("postgres sink tables: {e}"))
-                };
-                options = options.map_table(parse(source)?, parse(target)?);
-            }
-            if *exactly_once {
-                options =
-                    options.exactly_once(name.clone().unwrap_or_else(|| default_name.to_owned()));
-            }
-            let mut sink = PgTableSink::connect(url.expose(), options)
-                .await
-                .map_err(|e| format!("postgres sink: {e}"))?;
-            bind_checkpoints(
-                &mut sink,
-                *exactly_once,
-                *commit_with_checkpoint,
-                checkpoints,
-            )
-            .await
-            .map_err(|e| format!("postgres sink: {e}"))?;
-            Box::new(sink)
-        }
-        crate::config::SinkConfig::Null => Box::new(NullSink::new()),
-    })
-}
-
-/// Lets `sink` commit the checkpoints with its writes when it can and is
-/// allowed to (see `commit_with_checkpoint` in the configuration).
-async fn bind_checkpoints(
-    sink: &mut PgTableSink,
-    exactly_once: bool,
-    wanted: Option<bool>,
-    store: Option<&checkpoint_pg::PgCheckpointStore>,
-) -> Result<(), SinkError> {
-    let (true, Some(store), true) = (exactly_once, store, wanted != Some(false)) else {
-        if wanted == Some(true) {
-            return Err(SinkError::NotCommitting(
-                "commit_with_checkpoint needs exactly_once = true and a [checkpoint] section"
-                    .into(),
-            ));
-        }
-        return Ok(());
-    };
-    if wanted.is_none() && !sink.same_database(store).await? {
-        tracing::info!(
-            "postgres sink: the checkpoint store is in another database; writes commit batch by batch, made exactly-once by the sink's progress row"
-        );
-        return Ok(());
-    }
-    sink.commit_with_checkpoints(store.clone()).await?;
-    tracing::info!(
-        "postgres sink: the checkpoint store is in the target database; the sink's writes and each checkpoint commit in one transaction"
-    );
-    Ok(())
-}
 
 /// A destination for change events. See the [module docs](self) for the contract.
 #[async_trait::async_trait]

@@ -5,16 +5,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use cdc_runtime::embedded::{ClusterSpec, EmbeddedCluster, SUPERUSER};
+use crate::{ClusterSpec, EmbeddedCluster, SUPERUSER};
 
 use crate::conn::{ConnectionInfo, TestDatabase};
-use crate::error::{HarnessError, Result};
+use crate::error::{Error, Result};
 
 /// Extra configuration for a dedicated cluster ([`LocalCluster::create`]).
 ///
 /// ```no_run
-/// # async fn f() -> Result<(), integration_tests::HarnessError> {
-/// use integration_tests::{ClusterOptions, LocalCluster};
+/// # async fn f() -> Result<(), throwaway_pg::Error> {
+/// use throwaway_pg::{ClusterOptions, LocalCluster};
 /// let cluster = LocalCluster::create(
 ///     ClusterOptions::new()
 ///         .setting("wal_sender_timeout", "'5s'")
@@ -78,7 +78,7 @@ impl ClusterOptions {
 }
 
 /// A PostgreSQL cluster in a temporary directory, owned by the caller: the
-/// async face of [`cdc_runtime::embedded::EmbeddedCluster`].
+/// async face of [`crate::EmbeddedCluster`].
 ///
 /// `initdb` runs with `--no-locale -E UTF8 -U postgres -A trust`; the server
 /// listens on `127.0.0.1` on a free port and on a unix socket in the temp dir,
@@ -104,8 +104,7 @@ impl LocalCluster {
     /// Initialises and starts a new cluster with `options`.
     pub async fn create(options: ClusterOptions) -> Result<LocalCluster> {
         let spec = options.spec;
-        let cluster =
-            blocking(move || EmbeddedCluster::create(&spec).map_err(HarnessError::from)).await?;
+        let cluster = blocking(move || EmbeddedCluster::create(&spec)).await?;
         let cluster = LocalCluster {
             inner: Arc::new(Inner {
                 cluster,
@@ -121,7 +120,7 @@ impl LocalCluster {
             client
                 .batch_execute(&sql)
                 .await
-                .map_err(|e| HarnessError::pg("set the superuser password", e))?;
+                .map_err(|e| Error::pg("set the superuser password", e))?;
         }
         Ok(cluster)
     }
@@ -181,21 +180,21 @@ impl LocalCluster {
     /// Starts the server again after [`stop`](Self::stop) or [`kill`](Self::kill).
     pub async fn start(&self) -> Result<()> {
         let inner = Arc::clone(&self.inner);
-        blocking(move || Ok(inner.cluster.start()?)).await
+        blocking(move || inner.cluster.start()).await
     }
 
     /// Stops the server (fast shutdown: clients are disconnected, a shutdown
     /// checkpoint is written). Waits until it is down.
     pub async fn stop(&self) -> Result<()> {
         let inner = Arc::clone(&self.inner);
-        blocking(move || Ok(inner.cluster.stop()?)).await
+        blocking(move || inner.cluster.stop()).await
     }
 
     /// Stops the server without a checkpoint (immediate shutdown, like a crash:
     /// the next start runs crash recovery). Waits until it is down.
     pub async fn kill(&self) -> Result<()> {
         let inner = Arc::clone(&self.inner);
-        blocking(move || Ok(inner.cluster.kill()?)).await
+        blocking(move || inner.cluster.kill()).await
     }
 
     /// [`stop`](Self::stop) then [`start`](Self::start), on the same port.
@@ -207,7 +206,7 @@ impl LocalCluster {
     /// Whether the postmaster is running (`pg_ctl status`).
     pub async fn is_running(&self) -> Result<bool> {
         let inner = Arc::clone(&self.inner);
-        blocking(move || Ok(inner.cluster.is_running()?)).await
+        blocking(move || inner.cluster.is_running()).await
     }
 
     async fn socket_connect(&self, dbname: &str) -> Result<tokio_postgres::Client> {
@@ -225,7 +224,7 @@ impl LocalCluster {
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| HarnessError::Task(e.to_string()))?
+        .map_err(|e| Error::Task(e.to_string()))?
 }
 
 /// Creates `pgcdc_t_<pid>_<n>_<nanos>` through `admin` and returns its handle.
@@ -240,7 +239,7 @@ pub(crate) async fn create_database(admin: &ConnectionInfo) -> Result<TestDataba
     client
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
-        .map_err(|e| HarnessError::pg(format!("CREATE DATABASE {name}"), e))?;
+        .map_err(|e| Error::pg(format!("CREATE DATABASE {name}"), e))?;
     Ok(TestDatabase {
         info: admin.with_dbname(name),
     })

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::{invalid, ConfigFileError};
-use crate::snapshot::{SnapshotOptions, StartupMode, DEFAULT_CHUNK_SIZE, DEFAULT_READERS};
+use cdc_runtime::snapshot::{SnapshotOptions, StartupMode, DEFAULT_CHUNK_SIZE, DEFAULT_READERS};
 
 /// `mode` as written in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -4,12 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use cdc_runtime::checkpoint::slot_state;
-use cdc_runtime::config::Config;
-use cdc_runtime::job::{open_store, JobLock, RunOptions};
+use cdc_runtime::job::JobLock;
 use cdc_runtime::replication::ReplicationConnection;
 use cdc_runtime::setup::{prepare, SetupMode};
 use checkpoint_api::{CheckpointId, CheckpointStore, JobName, OwnerId};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+use pgcdc::config::Config;
+use pgcdc::logging::{init_logging, LogFormat};
 
 /// mimalloc: the snapshot's readers allocate row values on one thread and the
 /// sinks free them on another, which glibc's malloc serves without a thread
@@ -55,14 +56,6 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    /// Human-readable lines.
-    Human,
-    /// One JSON object per line.
-    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -153,20 +146,6 @@ enum SlotAction {
     Status,
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        // tokio-postgres logs every server NOTICE at info; keep those quiet.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tokio_postgres=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -199,7 +178,8 @@ async fn validate(config: &Config) -> Result<(), String> {
     let mut conn = ReplicationConnection::connect(&rc)
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
-    let report = prepare(&mut conn, &config.source, SetupMode::CheckOnly)
+    let source = config.source.source_options().map_err(|e| e.to_string())?;
+    let report = prepare(&mut conn, &source, SetupMode::CheckOnly)
         .await
         .map_err(|e| e.to_string())?;
     let _ = conn.close().await;
@@ -214,9 +194,13 @@ async fn run(config: &Config, from_checkpoint: Option<u64>) -> Result<(), String
     let from_checkpoint = from_checkpoint
         .map(|id| CheckpointId::new(id).ok_or("--from-checkpoint: ids start at 1"))
         .transpose()?;
-    cdc_runtime::job::run(config, &RunOptions { from_checkpoint }, shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())?;
+    pgcdc::run(
+        config,
+        &pgcdc::RunOptions { from_checkpoint },
+        shutdown_signal(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -226,8 +210,10 @@ fn job_name(config: &Config, job: Option<String>) -> Result<JobName, String> {
         .checkpoint
         .as_ref()
         .ok_or("the configuration has no [checkpoint] section")?;
-    let name = job.unwrap_or_else(|| cc.job_name(&config.source));
-    JobName::new(name).map_err(|e| format!("--job: {e}"))
+    match job {
+        Some(name) => JobName::new(name).map_err(|e| format!("--job: {e}")),
+        None => config.job_name(cc).map_err(|e| e.to_string()),
+    }
 }
 
 fn lsn_or_dash(lsn: cdc_core::Lsn) -> String {
@@ -253,11 +239,7 @@ async fn checkpoints(
     action: CheckpointsAction,
 ) -> Result<(), String> {
     let job = job_name(config, job)?;
-    let cc = config
-        .checkpoint
-        .as_ref()
-        .ok_or("the configuration has no [checkpoint] section")?;
-    let store = open_store(config, cc).await.map_err(|e| e.to_string())?;
+    let store = config.open_store().await?;
     match action {
         CheckpointsAction::List => {
             let list = store.list(&job).await.map_err(|e| e.to_string())?;
@@ -367,9 +349,9 @@ async fn slot_status(config: &Config) -> Result<(), String> {
         Some(pid) => println!("active:           yes (walsender pid {pid})"),
         None => println!("active:           no"),
     }
-    if let Some(cc) = &config.checkpoint {
+    if config.checkpoint.is_some() {
         let job = job_name(config, None)?;
-        let store = open_store(config, cc).await.map_err(|e| e.to_string())?;
+        let store = config.open_store().await?;
         let list = store.list(&job).await.map_err(|e| e.to_string())?;
         match (list.first(), list.last()) {
             (Some(oldest), Some(newest)) => {
@@ -434,13 +416,13 @@ fn print_snapshot(progress: Option<&checkpoint_api::SnapshotProgress>) {
 async fn quickstart(dir: Option<PathBuf>, keep: bool, kills: usize) -> Result<(), String> {
     let pgcdc =
         std::env::current_exe().map_err(|e| format!("cannot find the pgcdc binary: {e}"))?;
-    let options = cdc_runtime::quickstart::QuickstartOptions {
+    let options = pgcdc::quickstart::QuickstartOptions {
         dir,
         keep,
         kills,
         pgcdc,
     };
-    let report = cdc_runtime::quickstart::run(&options, &mut |line| println!("{line}"))
+    let report = pgcdc::quickstart::run(&options, &mut |line| println!("{line}"))
         .await
         .map_err(|e| e.to_string())?;
     println!();

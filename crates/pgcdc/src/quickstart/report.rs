@@ -9,7 +9,7 @@ use cdc_core::Lsn;
 use checkpoint_api::CheckpointMeta;
 
 use super::workload::Written;
-use crate::operators::{Group, GroupKey, OperationCounts};
+use cdc_runtime::operators::{Group, GroupKey, OperationCounts};
 
 /// One check of the quickstart: passed or not, and what was compared.
 #[derive(Debug, Clone)]

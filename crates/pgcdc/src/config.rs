@@ -65,21 +65,20 @@ use std::time::Duration;
 use cdc_core::Lsn;
 use serde::Deserialize;
 
-use crate::encoding::{DebeziumOptions, JsonFormat};
-use crate::replication::{ReplicationConfig, RootCertSource, SslMode};
+use cdc_runtime::encoding::{DebeziumOptions, JsonFormat};
+use cdc_runtime::pipeline::{
+    DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY, DEFAULT_STATUS_INTERVAL,
+};
+use cdc_runtime::replication::{ReplicationConfig, RootCertSource, SslMode};
+pub use cdc_runtime::source::TableRef;
 
+mod build;
 mod checkpoint;
+mod env;
 mod snapshot;
 
 pub use checkpoint::{CheckpointConfig, ConfirmSetting, OperatorConfig};
 pub use snapshot::{ModeSetting, SnapshotConfig};
-
-/// The default number of change events per batch.
-pub const DEFAULT_BATCH_SIZE: usize = 1000;
-/// The default budget for buffered streamed transactions (64 MiB).
-pub const DEFAULT_BYTE_BUDGET: usize = 64 * 1024 * 1024;
-/// The default interval between standby status updates (10 s).
-pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A string that is never printed: `Debug` and `Display` show `***`.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -298,7 +297,7 @@ impl Default for PipelineConfig {
             byte_budget: DEFAULT_BYTE_BUDGET,
             spill_dir: None,
             status_interval_secs: DEFAULT_STATUS_INTERVAL.as_secs(),
-            channel_capacity: 4,
+            channel_capacity: DEFAULT_CHANNEL_CAPACITY,
             worker_threads: None,
         }
     }
@@ -402,116 +401,6 @@ impl Config {
         })
     }
 
-    /// Applies `PGCDC_<SECTION>_<KEY>` overrides looked up with `env`.
-    pub fn apply_env(
-        &mut self,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<(), ConfigFileError> {
-        let s = &mut self.source;
-        let var = |key: &str| env(&format!("PGCDC_SOURCE_{}", key.to_ascii_uppercase()));
-        if let Some(v) = var("host") {
-            s.host = v;
-        }
-        if let Some(v) = var("port") {
-            s.port = v
-                .parse()
-                .map_err(|_| invalid("PGCDC_SOURCE_PORT", format!("{v:?} is not a port")))?;
-        }
-        if let Some(v) = var("database") {
-            s.database = v;
-        }
-        if let Some(v) = var("user") {
-            s.user = v;
-        }
-        if let Some(v) = var("password") {
-            s.password = Some(Secret(v));
-            s.password_file = None;
-            s.password_env = None;
-        }
-        if let Some(v) = var("password_file") {
-            s.password_file = Some(v.into());
-        }
-        if let Some(v) = var("password_env") {
-            s.password_env = Some(v);
-        }
-        if let Some(v) = var("sslmode") {
-            s.sslmode = Some(v);
-        }
-        if let Some(v) = var("sslrootcert") {
-            s.sslrootcert = Some(v);
-        }
-        let list = |v: String| -> Vec<String> {
-            v.split(',')
-                .map(str::trim)
-                .filter(|x| !x.is_empty())
-                .map(str::to_owned)
-                .collect()
-        };
-        if let Some(v) = var("schemas") {
-            s.schemas = list(v);
-        }
-        if let Some(v) = var("tables") {
-            s.tables = list(v);
-        }
-        if let Some(v) = var("slot") {
-            s.slot = v;
-        }
-        if let Some(v) = var("publication") {
-            s.publication = v;
-        }
-        if let Some(v) = var("create_slot") {
-            s.create_slot = env_bool("PGCDC_SOURCE_CREATE_SLOT", v)?;
-        }
-        if let Some(v) = var("create_publication") {
-            s.create_publication = env_bool("PGCDC_SOURCE_CREATE_PUBLICATION", v)?;
-        }
-        if let Some(v) = var("start_lsn") {
-            s.start_lsn = Some(v);
-        }
-        if let Some(v) = var("heartbeat_interval_ms") {
-            s.heartbeat_interval_ms = v.parse().map_err(|_| {
-                invalid(
-                    "PGCDC_SOURCE_HEARTBEAT_INTERVAL_MS",
-                    format!("{v:?} is not a number of milliseconds"),
-                )
-            })?;
-        }
-        let p = &mut self.pipeline;
-        let num = |key: &str| -> Result<Option<u64>, ConfigFileError> {
-            let name = format!("PGCDC_PIPELINE_{}", key.to_ascii_uppercase());
-            match env(&name) {
-                None => Ok(None),
-                Some(v) => v
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| invalid(name, format!("{v:?} is not a number"))),
-            }
-        };
-        if let Some(v) = num("batch_size")? {
-            p.batch_size = usize::try_from(v).unwrap_or(usize::MAX);
-        }
-        if let Some(v) = num("byte_budget")? {
-            p.byte_budget = usize::try_from(v).unwrap_or(usize::MAX);
-        }
-        if let Some(v) = env("PGCDC_PIPELINE_SPILL_DIR") {
-            p.spill_dir = Some(v.into());
-        }
-        if let Some(v) = num("status_interval_secs")? {
-            p.status_interval_secs = v;
-        }
-        if let Some(v) = num("channel_capacity")? {
-            p.channel_capacity = usize::try_from(v).unwrap_or(usize::MAX);
-        }
-        if let Some(v) = num("worker_threads")? {
-            p.worker_threads = Some(usize::try_from(v).unwrap_or(usize::MAX));
-        }
-        if let Some(c) = self.checkpoint.as_mut() {
-            c.apply_env(&env)?;
-        }
-        self.snapshot.apply_env(&env)?;
-        Ok(())
-    }
-
     /// Checks values that serde cannot: at least one sink, tables or
     /// schemas, non-zero sizes, a valid start LSN and sslmode.
     pub fn check(&self) -> Result<(), ConfigFileError> {
@@ -532,7 +421,7 @@ impl Config {
             ));
         }
         for t in &s.tables {
-            TableRef::parse(t)?;
+            table_ref("source.tables", t)?;
         }
         if s.slot.is_empty() || s.publication.is_empty() {
             return Err(invalid("source.slot", "slot and publication must be named"));
@@ -589,7 +478,7 @@ impl Config {
     }
 
     /// How the job starts when no checkpoint says where it is.
-    pub fn startup_mode(&self) -> Result<crate::snapshot::StartupMode, ConfigFileError> {
+    pub fn startup_mode(&self) -> Result<cdc_runtime::snapshot::StartupMode, ConfigFileError> {
         self.snapshot.startup_mode(self.source.start_lsn.is_some())
     }
 
@@ -665,163 +554,17 @@ impl SourceConfig {
 
     /// The configured tables, parsed.
     pub fn table_refs(&self) -> Result<Vec<TableRef>, ConfigFileError> {
-        self.tables.iter().map(|t| TableRef::parse(t)).collect()
+        self.tables
+            .iter()
+            .map(|t| table_ref("source.tables", t))
+            .collect()
     }
 }
 
-/// A `schema.table` name from the configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TableRef {
-    /// Schema (`public` when not given).
-    pub schema: String,
-    /// Table.
-    pub table: String,
-}
-
-impl TableRef {
-    /// Parses `schema.table` or `table` (unquoted; names are taken verbatim,
-    /// case-sensitive).
-    pub fn parse(s: &str) -> Result<TableRef, ConfigFileError> {
-        let (schema, table) = match s.split_once('.') {
-            Some((schema, table)) => (schema, table),
-            None => ("public", s),
-        };
-        if schema.is_empty() || table.is_empty() || table.contains('.') {
-            return Err(invalid(
-                "source.tables",
-                format!("{s:?} is not `schema.table` or `table`"),
-            ));
-        }
-        Ok(TableRef {
-            schema: schema.to_owned(),
-            table: table.to_owned(),
-        })
-    }
-}
-
-impl fmt::Display for TableRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.schema, self.table)
-    }
+/// Parses a `[source] tables` entry (`schema.table` or `table`).
+pub fn table_ref(key: &str, s: &str) -> Result<TableRef, ConfigFileError> {
+    TableRef::parse(s).map_err(|e| invalid(key, e.to_string()))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    const MINIMAL: &str = r#"
-        [source]
-        database = "app"
-        user = "cdc"
-        password = "hunter2"
-        tables = ["orders", "sales.items"]
-        slot = "s"
-        publication = "p"
-
-        [[sinks]]
-        type = "file"
-        path = "/tmp/out"
-        format = "plain"
-
-        [[sinks]]
-        type = "null"
-    "#;
-
-    #[test]
-    fn parses_with_defaults_and_hides_the_password() {
-        let c = Config::parse(MINIMAL).unwrap();
-        c.check().unwrap();
-        assert_eq!(c.source.host, "localhost");
-        assert_eq!(c.source.port, 5432);
-        assert!(c.source.create_slot);
-        assert_eq!(c.pipeline.batch_size, DEFAULT_BATCH_SIZE);
-        assert_eq!(c.pipeline.spill_dir, None);
-        assert_eq!(c.status_interval(), Duration::from_secs(10));
-        assert!(matches!(
-            c.sinks[0],
-            SinkConfig::File {
-                format: Format::Plain,
-                ..
-            }
-        ));
-        assert!(matches!(c.sinks[1], SinkConfig::Null));
-        let debug = format!("{c:?}");
-        assert!(!debug.contains("hunter2"), "{debug}");
-        let refs = c.source.table_refs().unwrap();
-        assert_eq!(refs[0].to_string(), "public.orders");
-        assert_eq!(refs[1].to_string(), "sales.items");
-        let rc = c.source.replication_config().unwrap();
-        assert_eq!(rc.get_password(), Some("hunter2"));
-        assert!(!format!("{rc:?}").contains("hunter2"));
-    }
-
-    #[test]
-    fn environment_overrides_the_file() {
-        let mut c = Config::parse(MINIMAL).unwrap();
-        let env: HashMap<&str, &str> = [
-            ("PGCDC_SOURCE_HOST", "db.example"),
-            ("PGCDC_SOURCE_PORT", "6432"),
-            ("PGCDC_SOURCE_PASSWORD", "from-env"),
-            ("PGCDC_SOURCE_TABLES", "a, b.c"),
-            ("PGCDC_PIPELINE_BATCH_SIZE", "7"),
-            ("PGCDC_PIPELINE_SPILL_DIR", "/var/tmp/spill"),
-            ("PGCDC_PIPELINE_WORKER_THREADS", "3"),
-        ]
-        .into_iter()
-        .collect();
-        c.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
-        assert_eq!(c.source.host, "db.example");
-        assert_eq!(c.source.port, 6432);
-        assert_eq!(c.source.tables, ["a", "b.c"]);
-        assert_eq!(c.pipeline.batch_size, 7);
-        assert_eq!(c.pipeline.worker_threads, Some(3));
-        assert_eq!(c.pipeline.runtime_threads(Some("5")), 3);
-        assert_eq!(
-            c.pipeline.spill_dir.as_deref(),
-            Some(Path::new("/var/tmp/spill"))
-        );
-        assert_eq!(
-            c.source.resolve_password().unwrap().unwrap().expose(),
-            "from-env"
-        );
-
-        let err = c
-            .apply_env(|k| (k == "PGCDC_SOURCE_PORT").then(|| "x".to_owned()))
-            .unwrap_err();
-        assert!(err.to_string().contains("PGCDC_SOURCE_PORT"), "{err}");
-    }
-
-    #[test]
-    fn worker_threads_default_and_tokio_variable() {
-        let mut c = Config::parse(MINIMAL).unwrap();
-        assert_eq!(c.pipeline.worker_threads, None);
-        let default = default_worker_threads();
-        assert!((1..=DEFAULT_WORKER_THREADS).contains(&default));
-        assert_eq!(c.pipeline.runtime_threads(None), default);
-        assert_eq!(c.pipeline.runtime_threads(Some(" 4 ")), 4);
-        assert_eq!(c.pipeline.runtime_threads(Some("0")), default);
-        assert_eq!(c.pipeline.runtime_threads(Some("many")), default);
-        c.pipeline.worker_threads = Some(0);
-        let err = c.check().unwrap_err();
-        assert!(err.to_string().contains("worker_threads"), "{err}");
-    }
-
-    #[test]
-    fn rejects_bad_settings_clearly() {
-        let no_sinks = "sinks = []\n".to_owned() + MINIMAL.split("[[sinks]]").next().unwrap();
-        let err = Config::parse(&no_sinks).unwrap().check().unwrap_err();
-        assert!(err.to_string().contains("sinks"), "{err}");
-
-        let unknown = MINIMAL.replace("slot = \"s\"", "slot = \"s\"\nslto = 1");
-        let err = Config::parse(&unknown).unwrap_err();
-        assert!(err.to_string().contains("slto"), "{err}");
-
-        let bad_lsn = MINIMAL.replace("slot = \"s\"", "slot = \"s\"\nstart_lsn = \"nope\"");
-        let err = Config::parse(&bad_lsn).unwrap().check().unwrap_err();
-        assert!(err.to_string().contains("start_lsn"), "{err}");
-
-        assert!(TableRef::parse("a.b.c").is_err());
-        assert!(TableRef::parse(".b").is_err());
-    }
-}
+mod tests;

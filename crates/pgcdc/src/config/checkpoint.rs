@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{env_bool, invalid, ConfigFileError, Secret, SourceConfig};
-use crate::checkpoint::{ConfirmPolicy, DEFAULT_INTERVAL, DEFAULT_KEEP};
-use crate::operators::{KeyedAggregate, KeyedAggregateSpec, Operator, TableCounters};
+use cdc_runtime::checkpoint::{ConfirmPolicy, DEFAULT_INTERVAL, DEFAULT_KEEP};
+use cdc_runtime::operators::{KeyedAggregate, KeyedAggregateSpec, Operator, TableCounters};
 
 /// `[checkpoint]`: present means the job checkpoints.
 ///
@@ -223,7 +223,7 @@ impl OperatorConfig {
                 key,
                 value,
             } => {
-                let t = super::TableRef::parse(table)?;
+                let t = super::table_ref("operators.table", table)?;
                 Box::new(KeyedAggregate::new(KeyedAggregateSpec {
                     id: id.clone(),
                     schema: t.schema,

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::{HarnessError, Result};
-use cdc_runtime::embedded::run_output;
+use crate::error::{Error, Result};
+use crate::run_output;
 
 /// A test CA and a server certificate for `localhost` and `127.0.0.1` signed by it
 /// (P-256 keys, valid ten years), all PEM.
@@ -41,7 +41,7 @@ impl TestTls {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        fs::create_dir_all(&dir).map_err(|e| HarnessError::io("create", &dir, e))?;
+        fs::create_dir_all(&dir).map_err(|e| Error::io("create", &dir, e))?;
         let result = generate_in(&dir);
         let _ = fs::remove_dir_all(&dir);
         result
@@ -95,7 +95,7 @@ fn generate_in(dir: &Path) -> Result<TestTls> {
          extendedKeyUsage=serverAuth\n\
          subjectAltName=DNS:localhost,IP:127.0.0.1\n",
     )
-    .map_err(|e| HarnessError::io("write", &ext, e))?;
+    .map_err(|e| Error::io("write", &ext, e))?;
     openssl(
         dir,
         &[
@@ -118,7 +118,7 @@ fn generate_in(dir: &Path) -> Result<TestTls> {
     )?;
     let read = |name: &str| {
         let path = dir.join(name);
-        fs::read_to_string(&path).map_err(|e| HarnessError::io("read", path, e))
+        fs::read_to_string(&path).map_err(|e| Error::io("read", path, e))
     };
     Ok(TestTls {
         ca_cert_pem: read("ca.crt")?,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tokio_postgres::{Client, NoTls};
 
-use crate::error::{HarnessError, Result};
+use crate::error::{Error, Result};
 
 /// Where and as whom to connect: the parts of a libpq connection string.
 ///
@@ -167,7 +167,7 @@ pub(crate) async fn connect_with(config: &tokio_postgres::Config, context: &str)
     let (client, connection) = config
         .connect(NoTls)
         .await
-        .map_err(|e| HarnessError::pg(context, e))?;
+        .map_err(|e| Error::pg(context, e))?;
     tokio::spawn(async move {
         // The error, if any, surfaces to the client's next call.
         let _ = connection.await;

@@ -71,7 +71,7 @@ impl PgcdcChild {
             // `kill(1)`: this crate has no unsafe code for a libc call.
             let mut kill = std::process::Command::new("kill");
             kill.args(["-TERM", &pid.to_string()]);
-            crate::embedded::run_output(&mut kill, "kill -TERM")?;
+            throwaway_pg::run_output(&mut kill, "kill -TERM")?;
         }
         match tokio::time::timeout(timeout, self.child.wait()).await {
             Ok(status) => status.map_err(|e| QuickstartError::io("wait for", "pgcdc run", e)),

@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use checkpoint_api::CheckpointError;
 
 use crate::config::ConfigFileError;
-use crate::embedded::EmbeddedError;
-use crate::job::JobError;
+use throwaway_pg::Error as EmbeddedError;
 
 /// Why `pgcdc quickstart` stopped before its checks could run. (Checks
 /// that ran and failed are in the [`Report`](super::Report) instead.)
@@ -51,7 +50,7 @@ pub enum QuickstartError {
     Config(#[from] ConfigFileError),
     /// The checkpoint store could not be opened.
     #[error("cannot open the checkpoint store: {0}")]
-    Job(#[from] JobError),
+    OpenStore(String),
     /// The checkpoint store failed.
     #[error("checkpoint store: {0}")]
     Store(#[from] CheckpointError),

@@ -6,7 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use super::error::{EmbeddedError, Result};
+use crate::error::{Error, Result};
 
 /// The oldest major version accepted (logical decoding features used by pgcdc).
 pub const MIN_MAJOR: u32 = 15;
@@ -23,6 +23,7 @@ pub struct PgBinaries {
 }
 
 impl PgBinaries {
+    /// The path of the program `name` (`initdb`, `pg_ctl`, ...) in this installation.
     pub fn tool(&self, name: &str) -> PathBuf {
         self.bindir.join(name)
     }
@@ -36,14 +37,14 @@ impl PgBinaries {
             let dir = PathBuf::from(dir);
             return match probe(&dir) {
                 Some(b) if b.major >= MIN_MAJOR => Ok(b),
-                Some(b) => Err(EmbeddedError::NoServer {
+                Some(b) => Err(Error::NoServer {
                     reason: format!(
                         "PGCDC_PG_BINDIR={} holds PostgreSQL {}, need {MIN_MAJOR}+",
                         dir.display(),
                         b.major
                     ),
                 }),
-                None => Err(EmbeddedError::NoServer {
+                None => Err(Error::NoServer {
                     reason: format!(
                         "PGCDC_PG_BINDIR={} has no working initdb/pg_ctl/postgres",
                         dir.display()
@@ -81,20 +82,16 @@ impl PgBinaries {
             }
         }
         found.sort_by_key(|b| std::cmp::Reverse(b.major));
-        found
-            .into_iter()
-            .next()
-            .ok_or_else(|| EmbeddedError::NoServer {
-                reason: if too_old.is_empty() {
-                    "no initdb/pg_ctl/postgres on PATH or under /usr/lib/postgresql/*/bin"
-                        .to_owned()
-                } else {
-                    format!(
-                        "only PostgreSQL older than {MIN_MAJOR} found: {}",
-                        too_old.join(", ")
-                    )
-                },
-            })
+        found.into_iter().next().ok_or_else(|| Error::NoServer {
+            reason: if too_old.is_empty() {
+                "no initdb/pg_ctl/postgres on PATH or under /usr/lib/postgresql/*/bin".to_owned()
+            } else {
+                format!(
+                    "only PostgreSQL older than {MIN_MAJOR} found: {}",
+                    too_old.join(", ")
+                )
+            },
+        })
     }
 }
 
@@ -140,17 +137,19 @@ pub struct RunAs {
 }
 
 impl RunAs {
+    /// Who the server programs run as: the `postgres` user when this process
+    /// is root (PostgreSQL refuses root), else this process's own user.
     pub fn detect() -> Result<RunAs> {
         if current_euid()? != 0 {
             return Ok(RunAs { switch_to: None });
         }
-        let passwd = fs::read_to_string("/etc/passwd")
-            .map_err(|e| EmbeddedError::io("read", "/etc/passwd", e))?;
+        let passwd =
+            fs::read_to_string("/etc/passwd").map_err(|e| Error::io("read", "/etc/passwd", e))?;
         match lookup_user(&passwd, "postgres") {
             Some(ids) => Ok(RunAs {
                 switch_to: Some(ids),
             }),
-            None => Err(EmbeddedError::NoServer {
+            None => Err(Error::NoServer {
                 reason: "running as root, PostgreSQL refuses to run as root, and there is no \
                          `postgres` system user to run it as (installing the postgresql package \
                          creates one; or `useradd --system postgres`)"
@@ -175,7 +174,7 @@ impl RunAs {
     pub fn chown(&self, path: &Path) -> Result<()> {
         if let Some((uid, gid)) = self.switch_to {
             std::os::unix::fs::chown(path, Some(uid), Some(gid))
-                .map_err(|e| EmbeddedError::io("chown", path, e))?;
+                .map_err(|e| Error::io("chown", path, e))?;
         }
         Ok(())
     }
@@ -190,7 +189,7 @@ fn current_euid() -> Result<u32> {
     String::from_utf8_lossy(&out.stdout)
         .trim()
         .parse()
-        .map_err(|_| EmbeddedError::Unsuitable("`id -u` printed no number".to_owned()))
+        .map_err(|_| Error::Unsuitable("`id -u` printed no number".to_owned()))
 }
 
 /// `name:x:uid:gid:...` lines of /etc/passwd.
@@ -209,14 +208,14 @@ fn lookup_user(passwd: &str, name: &str) -> Option<(u32, u32)> {
 
 /// Runs `cmd`, returning its output, or an error carrying stderr/stdout when it fails.
 pub fn run_output(cmd: &mut Command, display: &str) -> Result<Output> {
-    let out = cmd.output().map_err(|source| EmbeddedError::Spawn {
+    let out = cmd.output().map_err(|source| Error::Spawn {
         program: display.to_owned(),
         source,
     })?;
     if out.status.success() {
         Ok(out)
     } else {
-        Err(EmbeddedError::CommandFailed {
+        Err(Error::CommandFailed {
             command: display.to_owned(),
             status: out.status.to_string(),
             output: format!(

@@ -1,7 +1,7 @@
 //! `pgcdc quickstart`: the whole promise of pgcdc in under a minute, on a
 //! machine with nothing but the PostgreSQL server programs.
 //!
-//! [`run`] starts a throwaway server ([`crate::embedded`]), creates
+//! [`run`] starts a throwaway server ([`throwaway_pg`]), creates
 //! `public.orders`, writes a `pgcdc.toml` (Debezium JSON file sink, 500 ms
 //! checkpoints into the same server, a `keyed_aggregate` and
 //! `table_counters`), and runs `pgcdc run` as a child process while a
@@ -36,9 +36,9 @@ use checkpoint_api::{CheckpointStore, JobName};
 use tokio_postgres::{Client, NoTls};
 
 use crate::config::Config;
-use crate::embedded::{ClusterSpec, EmbeddedCluster};
-use crate::operators::{Group, GroupKey, KeyedAggregate, KeyedAggregateSpec, TableCounters};
+use cdc_runtime::operators::{Group, GroupKey, KeyedAggregate, KeyedAggregateSpec, TableCounters};
 use child::PgcdcChild;
+use throwaway_pg::{ClusterSpec, EmbeddedCluster};
 use workload::{Writer, TABLE};
 
 pub use error::QuickstartError;
@@ -149,11 +149,10 @@ async fn demo(
         Ok(!slot_confirmed(&client).await?.is_invalid())
     })
     .await?;
-    let cc = config
-        .checkpoint
-        .as_ref()
-        .ok_or_else(|| QuickstartError::Task("the config has no [checkpoint]".into()))?;
-    let store = crate::job::open_store(&config, cc).await?;
+    let store = config
+        .open_store()
+        .await
+        .map_err(QuickstartError::OpenStore)?;
 
     let writer = Writer::start(connect(&conninfo).await?);
     progress("writing orders in the background ...");
@@ -506,7 +505,7 @@ fn prepare_dir(dir: Option<&Path>) -> Result<(PathBuf, bool), QuickstartError> {
 /// Removes the quickstart's files (and the directory if it was created here).
 fn remove_files(dir: &Path, created: bool) {
     let base = dir.join("events.jsonl");
-    for file in crate::sinks::FileSink::files(&base).unwrap_or_default() {
+    for file in cdc_runtime::sinks::FileSink::files(&base).unwrap_or_default() {
         let _ = std::fs::remove_file(file);
     }
     for name in ["pgcdc.toml", "pgcdc.log"] {

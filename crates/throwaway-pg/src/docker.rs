@@ -49,8 +49,8 @@ pub(crate) use imp::DockerServer;
 mod imp {
     use super::*;
     use crate::conn::ConnectionInfo;
-    use crate::error::{HarnessError, Result};
-    use cdc_runtime::embedded::Watchdog;
+    use crate::error::{Error, Result};
+    use crate::Watchdog;
     use testcontainers::runners::SyncRunner;
     use testcontainers::{Container, ImageExt};
     use testcontainers_modules::postgres::Postgres;
@@ -98,14 +98,14 @@ mod imp {
                 .with_cmd(cmd)
                 .with_startup_timeout(Duration::from_secs(120))
                 .start()
-                .map_err(|e| HarnessError::Docker(e.to_string()))?;
+                .map_err(|e| Error::Docker(e.to_string()))?;
             let host = container
                 .get_host()
-                .map_err(|e| HarnessError::Docker(e.to_string()))?
+                .map_err(|e| Error::Docker(e.to_string()))?
                 .to_string();
             let port = container
                 .get_host_port_ipv4(5432)
-                .map_err(|e| HarnessError::Docker(e.to_string()))?;
+                .map_err(|e| Error::Docker(e.to_string()))?;
             let id = container.id().to_owned();
             let watchdog = Watchdog::spawn(
                 r#"command -v docker >/dev/null 2>&1 && docker rm -f -v "$1" >/dev/null 2>&1"#,

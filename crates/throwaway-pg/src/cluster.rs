@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::binaries::{run_output, PgBinaries, RunAs};
-use super::error::{EmbeddedError, Result};
-use super::watchdog::Watchdog;
+use crate::binaries::{run_output, PgBinaries, RunAs};
+use crate::error::{Error, Result};
+use crate::watchdog::Watchdog;
 
 /// The superuser every embedded cluster is initialised with.
 pub const SUPERUSER: &str = "postgres";
@@ -164,7 +164,7 @@ impl EmbeddedCluster {
             }
         }
         Err(last_error
-            .unwrap_or_else(|| EmbeddedError::Unsuitable("could not find a free TCP port".into())))
+            .unwrap_or_else(|| Error::Unsuitable("could not find a free TCP port".into())))
     }
 
     /// The TCP port on `127.0.0.1` (fixed for the life of the cluster, also across restarts).
@@ -247,7 +247,7 @@ impl EmbeddedCluster {
         cmd.arg("status")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let status = cmd.status().map_err(|source| EmbeddedError::Spawn {
+        let status = cmd.status().map_err(|source| Error::Spawn {
             program: "pg_ctl status".to_owned(),
             source,
         })?;
@@ -268,9 +268,9 @@ impl EmbeddedCluster {
     }
 
     /// Appends the end of the server log to a failed command's output.
-    fn with_log(&self, e: EmbeddedError) -> EmbeddedError {
+    fn with_log(&self, e: Error) -> Error {
         match e {
-            EmbeddedError::CommandFailed {
+            Error::CommandFailed {
                 command,
                 status,
                 mut output,
@@ -281,7 +281,7 @@ impl EmbeddedCluster {
                 for line in tail.into_iter().rev() {
                     let _ = write!(output, "\n{line}");
                 }
-                EmbeddedError::CommandFailed {
+                Error::CommandFailed {
                     command,
                     status,
                     output,
@@ -343,35 +343,35 @@ fn make_root_dir() -> Result<PathBuf> {
         match fs::create_dir(&dir) {
             Ok(()) => {
                 fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
-                    .map_err(|e| EmbeddedError::io("chmod", &dir, e))?;
+                    .map_err(|e| Error::io("chmod", &dir, e))?;
                 return Ok(dir);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(EmbeddedError::io("create", dir, e)),
+            Err(e) => return Err(Error::io("create", dir, e)),
         }
     }
-    Err(EmbeddedError::Unsuitable(
+    Err(Error::Unsuitable(
         "could not create a unique temp directory".to_owned(),
     ))
 }
 
 fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| EmbeddedError::io("bind", "127.0.0.1:0", e))?;
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("bind", "127.0.0.1:0", e))?;
     let port = listener
         .local_addr()
-        .map_err(|e| EmbeddedError::io("bind", "127.0.0.1:0", e))?
+        .map_err(|e| Error::io("bind", "127.0.0.1:0", e))?
         .port();
     Ok(port)
 }
 
 /// Writes `path` with mode 0600, owned by the server user.
 fn write_file(path: &Path, contents: &[u8], run_as: &RunAs) -> Result<()> {
-    let mut f = fs::File::create(path).map_err(|e| EmbeddedError::io("create", path, e))?;
+    let mut f = fs::File::create(path).map_err(|e| Error::io("create", path, e))?;
     f.write_all(contents)
-        .map_err(|e| EmbeddedError::io("write", path, e))?;
+        .map_err(|e| Error::io("write", path, e))?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o600))
-        .map_err(|e| EmbeddedError::io("chmod", path, e))?;
+        .map_err(|e| Error::io("chmod", path, e))?;
     run_as.chown(path)
 }
 
@@ -380,9 +380,9 @@ fn write_config(data: &Path, spec: &ClusterSpec, root: &Path, run_as: &RunAs) ->
     let mut f = fs::OpenOptions::new()
         .append(true)
         .open(&conf)
-        .map_err(|e| EmbeddedError::io("open", &conf, e))?;
+        .map_err(|e| Error::io("open", &conf, e))?;
     f.write_all(b"\n# pgcdc embedded cluster\ninclude 'pgcdc.conf'\ninclude 'pgcdc-port.conf'\n")
-        .map_err(|e| EmbeddedError::io("write", &conf, e))?;
+        .map_err(|e| Error::io("write", &conf, e))?;
 
     let mut settings = String::from("# written by pgcdc\n");
     let socket_dir = root.display().to_string().replace('\'', "''");
@@ -414,7 +414,7 @@ fn write_config(data: &Path, spec: &ClusterSpec, root: &Path, run_as: &RunAs) ->
 
     for (name, contents) in &spec.data_files {
         if name.contains('/') || name.starts_with('.') {
-            return Err(EmbeddedError::Unsuitable(format!(
+            return Err(Error::Unsuitable(format!(
                 "data file name {name:?} must be a plain file name"
             )));
         }

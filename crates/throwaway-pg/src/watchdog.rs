@@ -12,7 +12,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 
 use std::os::unix::process::CommandExt;
 
-use super::error::{EmbeddedError, Result};
+use crate::error::{Error, Result};
 
 /// A running watchdog. Dropping it (or the parent process ending) triggers the cleanup.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ impl Watchdog {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
-            .map_err(|source| EmbeddedError::Spawn {
+            .map_err(|source| Error::Spawn {
                 program: "sh (watchdog)".to_owned(),
                 source,
             })?;

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::error::QuickstartError;
 use super::workload::Written;
-use crate::sinks::FileSink;
+use cdc_runtime::sinks::FileSink;
 
 /// An `orders` row: `id -> (customer, amount)`.
 pub(super) type Rows = BTreeMap<i64, (Option<i64>, Option<i64>)>;

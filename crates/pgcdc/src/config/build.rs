@@ -1,0 +1,159 @@
+//! The configuration file as typed job settings: `pgcdc.toml` is a thin
+//! layer over [`Job::builder`].
+
+use std::time::Duration;
+
+use cdc_runtime::job::{
+    CheckpointSettings, Job, JobBuilder, PipelineTuning, SnapshotSettings, StoreOptions,
+};
+use cdc_runtime::replication::ReplicationConfig;
+use cdc_runtime::sinks::{FileSinkOptions, PostgresSinkOptions, SinkOptions, TableName};
+use cdc_runtime::source::{Capture, SourceOptions};
+use checkpoint_api::JobName;
+use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
+
+use super::{
+    invalid, table_ref, CheckpointConfig, Config, ConfigFileError, SinkConfig, SourceConfig,
+};
+
+impl Config {
+    /// The job this configuration describes, ready to [`build`](JobBuilder::build).
+    pub fn job_builder(&self) -> Result<JobBuilder, ConfigFileError> {
+        let mut builder = Job::builder(self.source.source_options()?)
+            .snapshot(SnapshotSettings {
+                mode: self.startup_mode()?,
+                start_lsn: self.start_lsn()?,
+                options: self.snapshot.options(),
+            })
+            .tuning(PipelineTuning {
+                batch_size: self.pipeline.batch_size,
+                byte_budget: self.pipeline.byte_budget,
+                spill_dir: self.pipeline.spill_dir.clone(),
+                status_interval: self.status_interval(),
+                channel_capacity: self.pipeline.channel_capacity,
+            });
+        for sink in &self.sinks {
+            builder = builder.sink(sink.options()?);
+        }
+        for op in &self.operators {
+            builder = builder.boxed_operator(op.build()?);
+        }
+        if let Some(cc) = &self.checkpoint {
+            builder = builder.checkpoints(CheckpointSettings {
+                store: self.store_options(cc)?,
+                job: Some(self.job_name(cc)?),
+                interval: cc.interval(),
+                max_bytes: cc.max_bytes,
+                keep: cc.keep,
+                confirm: cc.confirm.into(),
+                trust_slot: cc.trust_slot,
+            });
+        }
+        Ok(builder)
+    }
+
+    /// The job's name in the checkpoint store.
+    pub fn job_name(&self, cc: &CheckpointConfig) -> Result<JobName, ConfigFileError> {
+        JobName::new(cc.job_name(&self.source))
+            .map_err(|e| invalid("checkpoint.job", e.to_string()))
+    }
+
+    /// The checkpoint store: `checkpoint.url` (the same keys as the source,
+    /// `sslmode` up to `verify-full` included), or the source database with
+    /// the source's credentials and TLS settings.
+    pub fn store_options(&self, cc: &CheckpointConfig) -> Result<StoreOptions, ConfigFileError> {
+        let connection = match &cc.url {
+            Some(url) => url.expose().parse::<ReplicationConfig>().map_err(|e| {
+                // The parser's errors never echo the password.
+                invalid("checkpoint.url", e.to_string())
+            })?,
+            None => self.source.replication_config()?,
+        };
+        let mut config = PgStoreConfig::default();
+        config.schema = cc.schema.clone();
+        config.table = cc.table.clone();
+        config.keep_on_save = Some(cc.keep);
+        if let Some(threshold) = cc.inline_threshold {
+            config.inline_threshold = threshold;
+        }
+        Ok(StoreOptions { connection, config })
+    }
+
+    /// Connects to the configured checkpoint store (creating or upgrading
+    /// its tables); an error when there is no `[checkpoint]` section.
+    pub async fn open_store(&self) -> Result<PgCheckpointStore, String> {
+        let cc = self
+            .checkpoint
+            .as_ref()
+            .ok_or("the configuration has no [checkpoint] section")?;
+        let options = self.store_options(cc).map_err(|e| e.to_string())?;
+        options
+            .open()
+            .await
+            .map_err(|e| format!("checkpoint store: {e}"))
+    }
+}
+
+impl SourceConfig {
+    /// The typed source settings.
+    pub fn source_options(&self) -> Result<SourceOptions, ConfigFileError> {
+        let capture = if self.schemas.is_empty() {
+            Capture::Tables(self.table_refs()?)
+        } else {
+            Capture::Schemas(self.schemas.clone())
+        };
+        let mut options = SourceOptions::new(
+            self.replication_config()?,
+            self.slot.clone(),
+            self.publication.clone(),
+            capture,
+        );
+        options.create_slot = self.create_slot;
+        options.create_publication = self.create_publication;
+        options.heartbeat_interval = (self.heartbeat_interval_ms > 0)
+            .then(|| Duration::from_millis(self.heartbeat_interval_ms));
+        Ok(options)
+    }
+}
+
+impl SinkConfig {
+    /// The typed sink settings.
+    pub fn options(&self) -> Result<SinkOptions, ConfigFileError> {
+        Ok(match self {
+            SinkConfig::Stdout { format } => SinkOptions::Stdout {
+                format: format.json_format(),
+            },
+            SinkConfig::File {
+                path,
+                max_file_bytes,
+                format,
+            } => SinkOptions::File {
+                options: FileSinkOptions {
+                    path: path.clone(),
+                    max_file_bytes: *max_file_bytes,
+                },
+                format: format.json_format(),
+            },
+            SinkConfig::Postgres {
+                url,
+                exactly_once,
+                name,
+                commit_with_checkpoint,
+                tables,
+            } => {
+                let mut pg = PostgresSinkOptions::new(url.expose());
+                pg.exactly_once = *exactly_once;
+                pg.name = name.clone();
+                pg.commit_with_checkpoint = *commit_with_checkpoint;
+                for (source, target) in tables {
+                    let parse = |t: &str| {
+                        table_ref("sinks.tables", t).map(|t| TableName::new(t.schema, t.table))
+                    };
+                    pg.tables.push((parse(source)?, parse(target)?));
+                }
+                SinkOptions::Postgres(pg)
+            }
+            SinkConfig::Null => SinkOptions::Null,
+        })
+    }
+}

@@ -1,0 +1,118 @@
+//! Tests of the configuration file.
+use super::*;
+use std::collections::HashMap;
+
+const MINIMAL: &str = r#"
+    [source]
+    database = "app"
+    user = "cdc"
+    password = "hunter2"
+    tables = ["orders", "sales.items"]
+    slot = "s"
+    publication = "p"
+
+    [[sinks]]
+    type = "file"
+    path = "/tmp/out"
+    format = "plain"
+
+    [[sinks]]
+    type = "null"
+"#;
+
+#[test]
+fn parses_with_defaults_and_hides_the_password() {
+    let c = Config::parse(MINIMAL).unwrap();
+    c.check().unwrap();
+    assert_eq!(c.source.host, "localhost");
+    assert_eq!(c.source.port, 5432);
+    assert!(c.source.create_slot);
+    assert_eq!(c.pipeline.batch_size, DEFAULT_BATCH_SIZE);
+    assert_eq!(c.pipeline.spill_dir, None);
+    assert_eq!(c.status_interval(), Duration::from_secs(10));
+    assert!(matches!(
+        c.sinks[0],
+        SinkConfig::File {
+            format: Format::Plain,
+            ..
+        }
+    ));
+    assert!(matches!(c.sinks[1], SinkConfig::Null));
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("hunter2"), "{debug}");
+    let refs = c.source.table_refs().unwrap();
+    assert_eq!(refs[0].to_string(), "public.orders");
+    assert_eq!(refs[1].to_string(), "sales.items");
+    let rc = c.source.replication_config().unwrap();
+    assert_eq!(rc.get_password(), Some("hunter2"));
+    assert!(!format!("{rc:?}").contains("hunter2"));
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let mut c = Config::parse(MINIMAL).unwrap();
+    let env: HashMap<&str, &str> = [
+        ("PGCDC_SOURCE_HOST", "db.example"),
+        ("PGCDC_SOURCE_PORT", "6432"),
+        ("PGCDC_SOURCE_PASSWORD", "from-env"),
+        ("PGCDC_SOURCE_TABLES", "a, b.c"),
+        ("PGCDC_PIPELINE_BATCH_SIZE", "7"),
+        ("PGCDC_PIPELINE_SPILL_DIR", "/var/tmp/spill"),
+        ("PGCDC_PIPELINE_WORKER_THREADS", "3"),
+    ]
+    .into_iter()
+    .collect();
+    c.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
+    assert_eq!(c.source.host, "db.example");
+    assert_eq!(c.source.port, 6432);
+    assert_eq!(c.source.tables, ["a", "b.c"]);
+    assert_eq!(c.pipeline.batch_size, 7);
+    assert_eq!(c.pipeline.worker_threads, Some(3));
+    assert_eq!(c.pipeline.runtime_threads(Some("5")), 3);
+    assert_eq!(
+        c.pipeline.spill_dir.as_deref(),
+        Some(Path::new("/var/tmp/spill"))
+    );
+    assert_eq!(
+        c.source.resolve_password().unwrap().unwrap().expose(),
+        "from-env"
+    );
+
+    let err = c
+        .apply_env(|k| (k == "PGCDC_SOURCE_PORT").then(|| "x".to_owned()))
+        .unwrap_err();
+    assert!(err.to_string().contains("PGCDC_SOURCE_PORT"), "{err}");
+}
+
+#[test]
+fn worker_threads_default_and_tokio_variable() {
+    let mut c = Config::parse(MINIMAL).unwrap();
+    assert_eq!(c.pipeline.worker_threads, None);
+    let default = default_worker_threads();
+    assert!((1..=DEFAULT_WORKER_THREADS).contains(&default));
+    assert_eq!(c.pipeline.runtime_threads(None), default);
+    assert_eq!(c.pipeline.runtime_threads(Some(" 4 ")), 4);
+    assert_eq!(c.pipeline.runtime_threads(Some("0")), default);
+    assert_eq!(c.pipeline.runtime_threads(Some("many")), default);
+    c.pipeline.worker_threads = Some(0);
+    let err = c.check().unwrap_err();
+    assert!(err.to_string().contains("worker_threads"), "{err}");
+}
+
+#[test]
+fn rejects_bad_settings_clearly() {
+    let no_sinks = "sinks = []\n".to_owned() + MINIMAL.split("[[sinks]]").next().unwrap();
+    let err = Config::parse(&no_sinks).unwrap().check().unwrap_err();
+    assert!(err.to_string().contains("sinks"), "{err}");
+
+    let unknown = MINIMAL.replace("slot = \"s\"", "slot = \"s\"\nslto = 1");
+    let err = Config::parse(&unknown).unwrap_err();
+    assert!(err.to_string().contains("slto"), "{err}");
+
+    let bad_lsn = MINIMAL.replace("slot = \"s\"", "slot = \"s\"\nstart_lsn = \"nope\"");
+    let err = Config::parse(&bad_lsn).unwrap().check().unwrap_err();
+    assert!(err.to_string().contains("start_lsn"), "{err}");
+
+    assert!(table_ref("source.tables", "a.b.c").is_err());
+    assert!(table_ref("source.tables", ".b").is_err());
+}
