@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    let proto_root = manifest_dir.join("../../proto");
+    // `proto` links to the workspace's `proto/`; `cargo package` copies what it
+    // points at, so the published crate builds on its own.
+    let proto_root = manifest_dir.join("proto");
     let file = proto_root.join("pgcdc/checkpoint/v1/checkpoint.proto");
     println!("cargo:rerun-if-changed={}", file.display());
 

@@ -1,8 +1,11 @@
 //! The IO side of pgcdc.
 //!
 //! `cdc-runtime` owns everything that touches the outside world: sockets,
-//! TLS, the tokio runtime, retries, sinks and the `pgcdc` CLI. Decoding lives
-//! in the sans-IO `cdc-core`; checkpoint storage behind `checkpoint-api`.
+//! TLS, the tokio runtime, retries, sinks, and whole jobs ([`Job`]).
+//! Decoding lives in the sans-IO `cdc-core`; checkpoint storage behind
+//! `checkpoint-api`. The `pgcdc` command (CLI, `pgcdc.toml`, logs,
+//! quickstart) is the `pgcdc` crate on top of this one; embedders need only
+//! this crate.
 //!
 //! # Replication connection
 //!
@@ -51,20 +54,43 @@
 //! # }
 //! ```
 //!
-//! # Pipeline and CLI
+//! # Jobs
 //!
-//! [`config`] reads `pgcdc.toml` (with `PGCDC_<SECTION>_<KEY>` environment
-//! overrides), [`setup`] checks the server (`wal_level`, tables) and creates
-//! the publication and slot, and [`pipeline`] streams: replication stream ->
-//! `cdc_core` decoder and transaction assembler -> [`event::ChangeEvent`]
-//! batches -> [`operators`] -> one task per [`sinks::Sink`], joined by
-//! bounded channels. Without checkpoints the position confirmed to the slot
-//! is the end of the last transaction every sink has flushed; with them,
-//! [`checkpoint`] saves the position and every operator's state into a
+//! [`Job::builder`] runs a whole job the way `pgcdc run` does: it checks the
+//! server and creates the publication and slot ([`setup`]), takes the job's
+//! lock and lease, recovers from the newest checkpoint (checking it against
+//! the slot), takes or resumes the initial snapshot ([`snapshot`]), and
+//! streams. Its settings are typed: [`SourceOptions`], sinks as
+//! [`SinkOptions`] or your own [`Sink`], [`Operator`]s, [`CheckpointSettings`]
+//! and [`SnapshotSettings`]. The `pgcdc` command's `pgcdc.toml` is a thin
+//! layer that builds the same thing. `examples/stateful_operator.rs` and
+//! `examples/custom_sink.rs` embed a job with an operator and a sink of their
+//! own.
+//!
+//! ```no_run
+//! use cdc_runtime::{Capture, Job, SinkOptions, SourceOptions, TableRef};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let db: cdc_runtime::ReplicationConfig = "host=db.example dbname=app user=cdc".parse()?;
+//! let tables = Capture::Tables(vec![TableRef::parse("public.orders")?]);
+//! let job = Job::builder(SourceOptions::new(db, "pgcdc_app", "pgcdc_app", tables))
+//!     .sink(SinkOptions::Null)
+//!     .build()?;
+//! let progress = job.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! println!("confirmed up to {}", progress.confirmed);
+//! # Ok(()) }
+//! ```
+//!
+//! # Pipeline
+//!
+//! Below the job, [`pipeline`] streams: replication stream -> `cdc_core`
+//! decoder and transaction assembler -> [`event::ChangeEvent`] batches ->
+//! [`operators`] -> one task per [`sinks::Sink`], joined by bounded channels.
+//! Without checkpoints the position confirmed to the slot is the end of the
+//! last transaction every sink has flushed; with them, [`checkpoint`] saves
+//! the position and every operator's state into a
 //! [`checkpoint_api::CheckpointStore`] and confirms only what durable
-//! checkpoints cover. [`job`] runs a whole job from its configuration (lock,
-//! lease, recovery, pipeline), as `pgcdc run` does; the binary also has
-//! `pgcdc validate`, `pgcdc checkpoints` and `pgcdc slot status`.
+//! checkpoints cover.
 //!
 //! ```no_run
 //! use cdc_runtime::pipeline::{Pipeline, PipelineOptions};
@@ -80,21 +106,12 @@
 //! println!("confirmed up to {}", progress.borrow().confirmed);
 //! # Ok(()) }
 //! ```
-//!
+
 //! # Other PostgreSQL connections
 //!
 //! [`tls_connect`] gives `tokio-postgres` (the checkpoint store's pool, the
 //! PostgreSQL table sink) the replication connection's rustls TLS and
 //! `sslmode` / `sslrootcert` meanings.
-//!
-//! # Throwaway servers and the quickstart
-//!
-//! [`embedded`] starts a throwaway PostgreSQL cluster from the local server
-//! programs (initdb/pg_ctl, `wal_level=logical`, a free port, run as the
-//! `postgres` user when root); the integration tests use it too.
-//! [`quickstart`] is `pgcdc quickstart`: on such a cluster it streams a demo
-//! table while crashing `pgcdc run`, and checks that no change is missing and
-//! that the checkpointed state equals SQL.
 //!
 //! # Feature flags
 //!
