@@ -63,6 +63,18 @@ impl TestPostgres {
 
     /// Starts (or connects to) a server as chosen by the environment.
     async fn start() -> Result<TestPostgres> {
+        Self::start_any().await.map_err(|e| match e {
+            Error::NoServer { reason } => Error::NoServer {
+                reason: format!(
+                    "{reason} (tests can also use Docker, when a daemon answers, or a server \
+                     with wal_level=logical named by PGCDC_TEST_DATABASE_URL)"
+                ),
+            },
+            other => other,
+        })
+    }
+
+    async fn start_any() -> Result<TestPostgres> {
         let choice = std::env::var("PGCDC_TEST_BACKEND").unwrap_or_default();
         let url = std::env::var("PGCDC_TEST_DATABASE_URL")
             .ok()
@@ -87,10 +99,7 @@ impl TestPostgres {
                         Ok(c) => Backend::Local(c),
                         Err(Error::NoServer { reason }) => {
                             return Err(Error::NoServer {
-                                reason: format!(
-                                    "{reason}; Docker is not reachable; \
-                                     PGCDC_TEST_DATABASE_URL is not set"
-                                ),
+                                reason: format!("{reason}; Docker is not reachable"),
                             })
                         }
                         Err(e) => return Err(e),
