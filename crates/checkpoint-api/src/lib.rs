@@ -94,6 +94,8 @@
 
 pub mod codec;
 mod error;
+pub mod fencing;
+pub mod latest;
 mod model;
 mod operator;
 mod proto;
@@ -107,6 +109,7 @@ pub use codec::{
     EnvelopeHeader, ManifestError,
 };
 pub use error::{BoxError, CheckpointError, CorruptKind, NotFound, Regression, Rejection};
+pub use latest::{LatestScan, LatestStep};
 pub use model::{
     Checkpoint, CheckpointId, InvalidCheckpoint, JobName, NameKind, OperatorState, ProtocolOptions,
     SinkPosition, SnapshotProgress, SourcePosition, StreamingMode, TableCursor, TableDone,
