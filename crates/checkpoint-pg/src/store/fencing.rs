@@ -2,9 +2,8 @@
 //! newest LSN; the verdict is `checkpoint-api`'s.
 
 use cdc_core::Lsn;
-use checkpoint_api::{
-    Checkpoint, CheckpointError, CheckpointId, Epoch, JobName, Lease, NotFound, OwnerId, Regression,
-};
+use checkpoint_api::fencing;
+use checkpoint_api::{Checkpoint, CheckpointError, CheckpointId, Epoch, JobName, Lease, OwnerId};
 use tokio_postgres::types::PgLsn;
 
 use super::rows::lease_row;
@@ -70,8 +69,14 @@ impl PgCheckpointStore {
     }
 }
 
+/// The job's current epoch from a lease row's `epoch` column (`None`: no lease row, or a
+/// negative epoch, which no lease can hold).
+fn current_epoch(epoch: Option<i64>) -> Option<Epoch> {
+    epoch.and_then(|e| u64::try_from(e).ok()).map(Epoch)
+}
+
 /// Why a save is refused, given the lease row and the newest stored LSN; `None` if it may
-/// proceed.
+/// proceed. The rules are [`fencing::check_save`]'s.
 pub(super) fn refusal(
     lease: &Lease,
     checkpoint: &Checkpoint,
@@ -79,57 +84,15 @@ pub(super) fn refusal(
     highest: Option<i64>,
     newest: Option<PgLsn>,
 ) -> Option<CheckpointError> {
-    let job = lease.job().clone();
-    let Some(current) = epoch.and_then(|e| u64::try_from(e).ok()) else {
-        return Some(CheckpointError::NotFound {
-            job,
-            what: NotFound::Lease,
-        });
-    };
-    if current != lease.epoch().0 {
-        return Some(CheckpointError::Fenced {
-            job,
-            held: lease.epoch(),
-            current: Epoch(current),
-        });
-    }
-    if let Some(latest) = highest
+    let highest = highest
         .and_then(|h| u64::try_from(h).ok())
-        .and_then(CheckpointId::new)
-        .filter(|&h| checkpoint.id <= h)
-    {
-        return Some(CheckpointError::Regressed {
-            job,
-            regression: Regression::Id {
-                latest,
-                attempted: checkpoint.id,
-            },
-        });
-    }
-    let attempted = checkpoint.source.commit_end_lsn;
-    if let Some(latest) = newest.map(|n| Lsn::from_u64(u64::from(n))) {
-        if attempted < latest {
-            return Some(CheckpointError::Regressed {
-                job,
-                regression: Regression::Lsn { latest, attempted },
-            });
-        }
-    }
-    None
+        .and_then(CheckpointId::new);
+    let newest = newest.map(|n| Lsn::from_u64(u64::from(n)));
+    fencing::check_save(lease, checkpoint, current_epoch(epoch), highest, newest).err()
 }
 
+/// Whether a delete or retain under `lease` was allowed, given the epoch its statement
+/// read ([`fencing::check_lease`]).
 pub(super) fn check_epoch(lease: &Lease, epoch: Option<i64>) -> Result<(), CheckpointError> {
-    let job = lease.job().clone();
-    match epoch.and_then(|e| u64::try_from(e).ok()) {
-        None => Err(CheckpointError::NotFound {
-            job,
-            what: NotFound::Lease,
-        }),
-        Some(current) if current != lease.epoch().0 => Err(CheckpointError::Fenced {
-            job,
-            held: lease.epoch(),
-            current: Epoch(current),
-        }),
-        Some(_) => Ok(()),
-    }
+    fencing::check_lease(lease, current_epoch(epoch))
 }

@@ -3,7 +3,7 @@
 
 use checkpoint_api::{
     verify_decoded, Checkpoint, CheckpointError, CheckpointId, CheckpointMeta, ChunkedDecoder,
-    CorruptKind, JobName, Latest, NotFound, SkippedCheckpoint, StoredCheckpoint,
+    CorruptKind, JobName, Latest, LatestScan, LatestStep, NotFound, StoredCheckpoint,
 };
 use futures_util::{pin_mut, stream, StreamExt, TryStreamExt};
 use tokio_postgres::IsolationLevel;
@@ -56,33 +56,21 @@ impl PgCheckpointStore {
             .query(&list, &[&job.as_str()])
             .await
             .map_err(|e| pg("latest: list", e))?;
-        let mut latest = Latest::default();
+        let mut scan = LatestScan::new();
         for r in &rows {
             let row = meta_row(job, r)?;
             let inline: Option<&[u8]> = r.try_get(8).map_err(|e| pg("latest: data", e))?;
-            match self.read(&tx, &row, inline).await {
-                Ok(checkpoint) => {
-                    latest.checkpoint = Some(StoredCheckpoint {
-                        meta: row.meta,
-                        checkpoint,
-                    });
-                    break;
-                }
-                Err(CheckpointError::Corrupt { source, .. }) => {
-                    tracing::warn!(
-                        job = %job, checkpoint = %row.meta.id, error = %source,
-                        "skipping corrupt checkpoint; falling back to an older one"
-                    );
-                    latest.skipped.push(SkippedCheckpoint {
-                        meta: row.meta,
-                        reason: source,
-                    });
-                }
-                Err(e) => return Err(e),
+            let read = self.read(&tx, &row, inline).await;
+            match scan.offer(row.meta, read)? {
+                LatestStep::Found => break,
+                LatestStep::Skipped(skipped) => tracing::warn!(
+                    job = %job, checkpoint = %skipped.meta.id, error = %skipped.reason,
+                    "skipping corrupt checkpoint; falling back to an older one"
+                ),
             }
         }
         tx.commit().await.map_err(|e| pg("latest: end", e))?;
-        Ok(latest)
+        Ok(scan.finish())
     }
 
     /// Checkpoint `id` of `job` ([`CheckpointStore::load`]).
