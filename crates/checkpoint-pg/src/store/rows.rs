@@ -26,6 +26,7 @@ pub(super) struct MetaRow {
     pub(super) chunk_count: u64,
 }
 
+/// A checkpoint id as the value of a `bigint` column.
 pub(super) fn db_id(id: CheckpointId) -> Result<i64, CheckpointError> {
     i64::try_from(id.get())
         .map_err(|_| definite(format!("checkpoint id {id} does not fit a bigint")))
