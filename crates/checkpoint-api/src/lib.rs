@@ -17,7 +17,14 @@
 //!   256 MiB of state without building it whole; see [`codec`] for the layout;
 //! * the storage contract: [`CheckpointStore`], with fencing [`Lease`]s, and
 //!   [`CheckpointError`]; the [`StatefulOperator`] trait operators implement;
+//! * the rules every backend applies, as pure functions: [`fencing`] (whether a write under
+//!   a lease may proceed, and whether a save moves the job forward) and [`latest`] (the
+//!   newest checkpoint that reads, skipping and reporting corrupt ones, with
+//!   [`LatestScan`]);
 //! * with the `testkit` feature, an in-memory store and the conformance suite.
+//!
+//! The main types are re-exported at the crate root; [`codec`], [`fencing`], [`latest`] and
+//! `testkit` are public modules for what is used less often.
 //!
 //! # Example
 //!
@@ -85,8 +92,9 @@
 //!
 //! # Feature flags
 //!
-//! * `testkit` (off by default): `testkit::MemoryStore`, an in-memory
-//!   [`CheckpointStore`], and `testkit::conformance`, the suite every backend runs with
+//! * `testkit` (off by default): `testkit::MemoryStore` (also re-exported as
+//!   `MemoryStore`), an in-memory [`CheckpointStore`], and `testkit::conformance`, the
+//!   suite every backend runs with
 //!   `conformance::run_all(&factory).await`. It adds no dependency and no async runtime: the
 //!   suite only awaits the store, so it runs under any executor.
 #![forbid(unsafe_code)]
@@ -94,6 +102,8 @@
 
 pub mod codec;
 mod error;
+pub mod fencing;
+pub mod latest;
 mod model;
 mod operator;
 mod proto;
@@ -107,6 +117,7 @@ pub use codec::{
     EnvelopeHeader, ManifestError,
 };
 pub use error::{BoxError, CheckpointError, CorruptKind, NotFound, Regression, Rejection};
+pub use latest::{LatestScan, LatestStep};
 pub use model::{
     Checkpoint, CheckpointId, InvalidCheckpoint, JobName, NameKind, OperatorState, ProtocolOptions,
     SinkPosition, SnapshotProgress, SourcePosition, StreamingMode, TableCursor, TableDone,
@@ -117,3 +128,5 @@ pub use store::{
     verify_decoded, CheckpointMeta, CheckpointStore, Epoch, Latest, Lease, OwnerId,
     SkippedCheckpoint, StorageKind, StoredCheckpoint,
 };
+#[cfg(feature = "testkit")]
+pub use testkit::MemoryStore;

@@ -45,6 +45,10 @@
 //! * Loads read in one `REPEATABLE READ` snapshot, check chunk lengths against the metadata
 //!   and the envelope's CRC32C; `latest` skips a corrupt checkpoint with a `tracing` warning
 //!   naming it and returns the newest valid one.
+//! * The rules themselves (which epoch fences a writer, when a save would move the job
+//!   backward, which checkpoints `latest` skips) are `checkpoint-api`'s pure functions
+//!   ([`checkpoint_api::fencing`], [`checkpoint_api::LatestScan`]), the same ones the
+//!   in-memory store runs; this crate reads their inputs from the tables.
 //! * Errors: connection loss, shutdown, overload, serialization failures and pool timeouts
 //!   are `Unavailable` (retryable); everything else is definite.
 //!

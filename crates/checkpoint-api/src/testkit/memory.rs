@@ -7,12 +7,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::codec::{decode_chunks, ChunkManifest, ChunkedEncoder, DecodeOptions, EncodeOptions};
-use crate::error::{CheckpointError, CorruptKind, NotFound, Regression, Rejection};
+use crate::error::{CheckpointError, CorruptKind, NotFound, Rejection};
 use crate::model::{Checkpoint, CheckpointId, JobName};
 use crate::store::{
-    verify_decoded, CheckpointMeta, CheckpointStore, Epoch, Latest, Lease, OwnerId,
-    SkippedCheckpoint, StorageKind, StoredCheckpoint,
+    verify_decoded, CheckpointMeta, CheckpointStore, Epoch, Latest, Lease, OwnerId, StorageKind,
+    StoredCheckpoint,
 };
+use crate::{fencing, latest};
 
 /// Default chunk size of the memory store (1 MiB).
 pub const DEFAULT_CHUNK_SIZE: usize = 1 << 20;
@@ -134,47 +135,26 @@ impl MemoryStore {
     }
 }
 
-fn check_lease(job: Option<&Job>, lease: &Lease) -> Result<(), CheckpointError> {
-    let current = match job {
-        Some(job) if job.epoch > 0 => Epoch(job.epoch),
-        _ => {
-            return Err(CheckpointError::NotFound {
-                job: lease.job().clone(),
-                what: NotFound::Lease,
-            })
-        }
-    };
-    if lease.epoch() != current {
-        return Err(CheckpointError::Fenced {
-            job: lease.job().clone(),
-            held: lease.epoch(),
-            current,
-        });
+impl Job {
+    /// The current epoch, if a lease was ever acquired.
+    fn epoch(&self) -> Option<Epoch> {
+        (self.epoch > 0).then_some(Epoch(self.epoch))
     }
-    Ok(())
+
+    /// The commit end LSN of the newest stored checkpoint.
+    fn newest_lsn(&self) -> Option<cdc_core::Lsn> {
+        self.checkpoints
+            .last_key_value()
+            .map(|(_, newest)| newest.meta.commit_end_lsn)
+    }
+}
+
+fn check_lease(job: Option<&Job>, lease: &Lease) -> Result<(), CheckpointError> {
+    fencing::check_lease(lease, job.and_then(Job::epoch))
 }
 
 fn check_progress(job: &Job, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
-    let regressed = |regression| CheckpointError::Regressed {
-        job: checkpoint.job.clone(),
-        regression,
-    };
-    if let Some(latest) = job.highest_id.filter(|&h| checkpoint.id <= h) {
-        return Err(regressed(Regression::Id {
-            latest,
-            attempted: checkpoint.id,
-        }));
-    }
-    if let Some((_, newest)) = job.checkpoints.last_key_value() {
-        let attempted = checkpoint.source.commit_end_lsn;
-        if attempted < newest.meta.commit_end_lsn {
-            return Err(regressed(Regression::Lsn {
-                latest: newest.meta.commit_end_lsn,
-                attempted,
-            }));
-        }
-    }
-    Ok(())
+    fencing::check_progress(checkpoint, job.highest_id, job.newest_lsn())
 }
 
 #[async_trait]
@@ -264,26 +244,10 @@ impl CheckpointStore for MemoryStore {
                 None => Vec::new(),
             }
         };
-        let mut latest = Latest::default();
-        for stored in candidates {
-            match self.read(&stored) {
-                Ok(checkpoint) => {
-                    latest.checkpoint = Some(StoredCheckpoint {
-                        meta: stored.meta,
-                        checkpoint,
-                    });
-                    break;
-                }
-                Err(CheckpointError::Corrupt { source, .. }) => {
-                    latest.skipped.push(SkippedCheckpoint {
-                        meta: stored.meta,
-                        reason: source,
-                    })
-                }
-                Err(other) => return Err(other),
-            }
-        }
-        Ok(latest)
+        latest::first_valid(candidates, |stored| {
+            let read = self.read(&stored);
+            (stored.meta, read)
+        })
     }
 
     async fn load(
