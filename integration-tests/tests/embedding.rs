@@ -3,6 +3,8 @@
 //! operator's state is checkpointed and restored by a second run of the job,
 //! and every insert is counted exactly once across the two runs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -2,6 +2,8 @@
 //! integration test here also makes `cargo test --workspace` build the
 //! binary that the end-to-end tests in `integration-tests` run.)
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::Command;
 
 fn pgcdc(args: &[&str]) -> std::process::Output {
