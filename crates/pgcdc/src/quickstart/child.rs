@@ -37,7 +37,7 @@ impl PgcdcChild {
             .stdout(Stdio::null())
             .stderr(stderr)
             .kill_on_drop(true);
-        let child = cmd.spawn().map_err(|source| QuickstartError::Spawn {
+        let child = cmd.spawn().map_err(|source| throwaway_pg::Error::Spawn {
             program: exe.display().to_string(),
             source,
         })?;

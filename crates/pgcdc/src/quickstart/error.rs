@@ -13,38 +13,11 @@ use throwaway_pg::Error as EmbeddedError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum QuickstartError {
-    /// The throwaway server could not be started or stopped.
+    /// The throwaway server could not be started, reached or used, or a
+    /// file or program of the quickstart failed (the same error type the
+    /// throwaway server's own code uses).
     #[error(transparent)]
     Cluster(#[from] EmbeddedError),
-    /// A statement against the throwaway server failed.
-    #[error("{context}: {source}")]
-    Postgres {
-        /// What was being done.
-        context: &'static str,
-        /// The driver's error.
-        #[source]
-        source: tokio_postgres::Error,
-    },
-    /// A file of the quickstart could not be written or read.
-    #[error("{action} {path}: {source}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The path concerned.
-        path: PathBuf,
-        /// The operating-system error.
-        #[source]
-        source: io::Error,
-    },
-    /// `pgcdc run` could not be started.
-    #[error("could not run `{program}`: {source}")]
-    Spawn {
-        /// The program.
-        program: String,
-        /// The operating-system error.
-        #[source]
-        source: io::Error,
-    },
     /// The generated configuration was rejected.
     #[error("the generated configuration is invalid: {0}")]
     Config(#[from] ConfigFileError),
@@ -87,14 +60,10 @@ pub enum QuickstartError {
 
 impl QuickstartError {
     pub(super) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        QuickstartError::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        QuickstartError::Cluster(EmbeddedError::io(action, path, source))
     }
 
     pub(super) fn pg(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Self {
-        move |source| QuickstartError::Postgres { context, source }
+        move |source| QuickstartError::Cluster(EmbeddedError::pg(context, source))
     }
 }
