@@ -2,7 +2,7 @@
 //! as a child process against real servers.
 //!
 //! Needs the binary built next to the tests (`cargo test --workspace` does
-//! that; otherwise `cargo build -p cdc-runtime --bin pgcdc`).
+//! that; otherwise `cargo build -p pgcdc --bin pgcdc`).
 
 // Test code: a failed step must fail the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
