@@ -2,7 +2,7 @@
 //! server, crashes `pgcdc run` twice mid-stream and reports its checks.
 //!
 //! Needs the binary built next to the tests (`cargo test --workspace` does
-//! that; otherwise `cargo build -p cdc-runtime --bin pgcdc`) and the
+//! that; otherwise `cargo build -p pgcdc --bin pgcdc`) and the
 //! PostgreSQL server programs.
 
 // Test code: a failed step must fail the test.
