@@ -28,148 +28,17 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::error::ProtocolError;
-use crate::pgoutput::{
-    CommitPrepared, Delete, Insert, LogicalDecodingMessage, LogicalMessage, Origin, Prepare,
-    Relation, RollbackPrepared, Truncate, Update,
-};
+use crate::pgoutput::{LogicalMessage, Relation};
 use crate::relcache::RelationCache;
 use crate::spill::SpillReplay;
 
+mod event;
 mod spilling;
 
-use crate::{Lsn, Oid, PgTimestamp, Xid};
+pub use event::{Change, TxnBegin, TxnCommit, TxnEvent, TxnKind};
+
+use crate::{Lsn, Oid, Xid};
 use spilling::{PendingSpill, SpillWriter};
-
-/// How a transaction reached the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TxnKind {
-    /// Begin .. Commit.
-    Plain,
-    /// Streamed in blocks, released at Stream Commit.
-    Streamed,
-    /// Begin Prepare .. Prepare (two-phase, v3+); Commit Prepared or Rollback
-    /// Prepared follows later as its own event.
-    Prepared,
-    /// Streamed in blocks, released at Stream Prepare.
-    StreamedPrepared,
-}
-
-/// The start of a transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TxnBegin {
-    /// The transaction id.
-    pub xid: Xid,
-    /// The commit LSN (prepare LSN for prepared transactions).
-    pub final_lsn: Lsn,
-    /// Commit (or prepare) time, as the server reported it.
-    pub timestamp: PgTimestamp,
-    /// How the transaction was sent.
-    pub kind: TxnKind,
-}
-
-/// The commit of a plain or streamed transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TxnCommit {
-    /// The transaction id.
-    pub xid: Xid,
-    /// The LSN of the commit record.
-    pub commit_lsn: Lsn,
-    /// The end LSN of the transaction: the position to confirm once it is
-    /// processed.
-    pub end_lsn: Lsn,
-    /// Commit time.
-    pub commit_time: PgTimestamp,
-}
-
-/// One change inside a transaction. Row changes carry the relation schema
-/// they were decoded against.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change<'a> {
-    /// A row was inserted.
-    Insert(Arc<Relation<'static>>, Insert<'a>),
-    /// A row was updated.
-    Update(Arc<Relation<'static>>, Update<'a>),
-    /// A row was deleted.
-    Delete(Arc<Relation<'static>>, Delete<'a>),
-    /// Relations were truncated.
-    Truncate(Truncate),
-    /// A transactional logical decoding message.
-    Message(LogicalDecodingMessage<'a>),
-}
-
-impl Change<'_> {
-    /// Approximate memory taken by the change (inline size plus owned data).
-    fn approx_size(&self) -> usize {
-        let data = match self {
-            Change::Insert(_, m) => m.new.raw_columns().len(),
-            Change::Update(_, m) => {
-                m.new.raw_columns().len()
-                    + m.old.as_ref().map_or(0, |o| o.tuple().raw_columns().len())
-            }
-            Change::Delete(_, m) => m.old.tuple().raw_columns().len(),
-            Change::Truncate(m) => m.relations.len() * std::mem::size_of::<Oid>(),
-            Change::Message(m) => m.prefix.len() + m.content.len(),
-        };
-        std::mem::size_of::<(Xid, Change<'static>)>() + data
-    }
-
-    /// A copy that owns its data.
-    pub fn into_owned(self) -> Change<'static> {
-        match self {
-            Change::Insert(r, m) => Change::Insert(r, m.into_owned()),
-            Change::Update(r, m) => Change::Update(r, m.into_owned()),
-            Change::Delete(r, m) => Change::Delete(r, m.into_owned()),
-            Change::Truncate(m) => Change::Truncate(m),
-            Change::Message(m) => Change::Message(m.into_owned()),
-        }
-    }
-}
-
-/// Output of the [`TxnAssembler`], in protocol order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TxnEvent<'a> {
-    /// A transaction starts; its changes follow.
-    Begin(TxnBegin),
-    /// The origin of the open transaction's changes.
-    Origin(Origin<'a>),
-    /// A change of the open transaction.
-    Change(Change<'a>),
-    /// The open (plain or streamed) transaction committed.
-    Commit(TxnCommit),
-    /// The open (prepared or streamed-prepared) transaction was prepared.
-    Prepare(Prepare<'a>),
-    /// A previously prepared transaction committed.
-    CommitPrepared(CommitPrepared<'a>),
-    /// A previously prepared transaction rolled back.
-    RollbackPrepared(RollbackPrepared<'a>),
-    /// A non-transactional logical decoding message.
-    Message(LogicalDecodingMessage<'a>),
-}
-
-impl TxnEvent<'_> {
-    /// A copy that owns its data.
-    pub fn into_owned(self) -> TxnEvent<'static> {
-        match self {
-            TxnEvent::Begin(b) => TxnEvent::Begin(b),
-            TxnEvent::Origin(o) => TxnEvent::Origin(Origin {
-                commit_lsn: o.commit_lsn,
-                name: o.name.into_owned().into(),
-            }),
-            TxnEvent::Change(c) => TxnEvent::Change(c.into_owned()),
-            TxnEvent::Commit(c) => TxnEvent::Commit(c),
-            TxnEvent::Prepare(p) => TxnEvent::Prepare(p.into_owned()),
-            TxnEvent::CommitPrepared(c) => TxnEvent::CommitPrepared(CommitPrepared {
-                gid: c.gid.into_owned().into(),
-                ..c
-            }),
-            TxnEvent::RollbackPrepared(r) => TxnEvent::RollbackPrepared(RollbackPrepared {
-                gid: r.gid.into_owned().into(),
-                ..r
-            }),
-            TxnEvent::Message(m) => TxnEvent::Message(m.into_owned()),
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 struct OpenTxn {

@@ -7,21 +7,25 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cdc_core::Lsn;
 use checkpoint_api::{SnapshotProgress, TableCursor, TableDone, TableRef};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinSet;
 
 use super::catalog::SnapshotTable;
-use super::fallback::{self, FromFallback};
 use super::key::RowKey;
-use super::merge::{ChunkId, HighWatermark, Merger};
+use super::merge::{ChunkId, Merger};
 use super::progress::{Display, TableProgress};
 use super::reader::{self, KeyRange, PlanCursor, Start, ToSource};
-use super::{SnapshotError, SnapshotOptions, WATERMARK_PREFIX};
-use crate::event::{ChangeEvent, Operation, RowValues, TableSchema};
+use super::{SnapshotError, SnapshotOptions};
+use crate::event::{RowValues, TableSchema};
 use crate::replication::ReplicationConfig;
 use crate::tls_connect::PgClientSettings;
+
+mod consistent_read;
+mod stream;
+
+use consistent_read::Fallback;
+use stream::StreamTable;
 
 /// A merged chunk: its table's event schema and the rows to emit.
 pub(crate) type MergedChunk = (Arc<TableSchema>, Vec<RowValues>);
@@ -32,37 +36,6 @@ struct Chunk {
     range: KeyRange,
     _permit: OwnedSemaphorePermit,
     rows: u64,
-}
-
-/// A table of the stream, as the snapshot sees it.
-#[derive(Debug, Clone)]
-enum StreamTable {
-    /// A keyed table (index into `tables`) and its key columns in the
-    /// stream's column order.
-    Keyed(usize, Vec<usize>),
-    /// A table without a key whose consistent read has not been emitted.
-    Keyless,
-    /// Not read by the snapshot.
-    Other,
-}
-
-/// What a watermark message meant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mark {
-    Low(ChunkId),
-    High(ChunkId),
-}
-
-/// The consistent read of the tables without a key.
-enum Fallback {
-    /// Not started (it starts once the keyed tables are done).
-    Idle,
-    Running {
-        rx: mpsc::Receiver<FromFallback>,
-        task: Option<JoinHandle<Result<(), SnapshotError>>>,
-        point: Option<Lsn>,
-    },
-    Done,
 }
 
 /// The snapshot as the pipeline runs it.
@@ -212,92 +185,6 @@ impl Snapshot {
         self.table >= self.tables.len()
     }
 
-    /// Starts the consistent read of the tables without a key once the
-    /// keyed tables are done.
-    fn maybe_start_fallback(&mut self) {
-        if !self.keyed_complete() || !matches!(self.fallback, Fallback::Idle) {
-            return;
-        }
-        let (tx, rx) = mpsc::channel(4);
-        let task = tokio::spawn(fallback::run(
-            self.replication.clone(),
-            self.settings.clone(),
-            self.fallback_tables.clone(),
-            Arc::from(format!("{:016x}", random_u64())),
-            tx,
-        ));
-        self.fallback = Fallback::Running {
-            rx,
-            task: Some(task),
-            point: None,
-        };
-    }
-
-    /// Whether the rows of the tables without a key are being read (and
-    /// must be emitted at the consistent point).
-    pub(crate) fn fallback_running(&self) -> bool {
-        matches!(self.fallback, Fallback::Running { .. })
-    }
-
-    /// The next message of the fallback reader.
-    pub(crate) async fn fallback_next(&mut self) -> Result<FromFallback, SnapshotError> {
-        let Fallback::Running { rx, task, point } = &mut self.fallback else {
-            return Err(SnapshotError::Merge("no consistent read is running".into()));
-        };
-        match rx.recv().await {
-            Some(msg) => {
-                if let FromFallback::Point(p) = &msg {
-                    *point = Some(*p);
-                }
-                Ok(msg)
-            }
-            None => Err(match task.take() {
-                Some(t) => match t.await {
-                    Ok(Err(e)) => e,
-                    _ => SnapshotError::ReadersStopped,
-                },
-                None => SnapshotError::ReadersStopped,
-            }),
-        }
-    }
-
-    /// The consistent point, once the fallback reader reported it.
-    pub(crate) fn fallback_point(&self) -> Option<Lsn> {
-        match &self.fallback {
-            Fallback::Running { point, .. } => *point,
-            _ => None,
-        }
-    }
-
-    /// The event schema of fallback table `i`.
-    pub(crate) fn fallback_schema(&self, i: usize) -> Result<Arc<TableSchema>, SnapshotError> {
-        self.fallback_tables
-            .get(i)
-            .map(|t| t.event_schema.clone())
-            .ok_or_else(|| SnapshotError::Merge(format!("no table without a key #{i}")))
-    }
-
-    /// Fallback table `i` has been emitted completely.
-    pub(crate) fn fallback_table_done(&mut self, i: usize, rows: u64) {
-        if let Some(t) = self.fallback_tables.get(i) {
-            tracing::info!(table = %t.display_name(), rows, "snapshot: table read (consistent read)");
-            self.rows_total += rows;
-            self.tables_done.push(TableDone {
-                table: table_ref(t),
-                chunks: 1,
-                rows,
-            });
-        }
-    }
-
-    /// Every fallback table has been emitted.
-    pub(crate) fn fallback_finished(&mut self) {
-        self.fallback = Fallback::Done;
-        if self.is_complete() {
-            self.log_complete();
-        }
-    }
-
     fn log_complete(&self) {
         tracing::info!(
             tables = self.tables_done.len(),
@@ -418,162 +305,6 @@ impl Snapshot {
             }
         }
         Ok(())
-    }
-
-    /// A watermark of this run, from a message's prefix and content.
-    fn parse_mark(&self, prefix: &str, content: &[u8]) -> Option<Mark> {
-        if prefix != WATERMARK_PREFIX {
-            return None;
-        }
-        let text = std::str::from_utf8(content).ok()?;
-        let mut parts = text.split(' ');
-        if parts.next()? != &*self.token {
-            return None;
-        }
-        let kind = parts.next()?;
-        let chunk = parts.next()?.parse().ok()?;
-        match kind {
-            "lw" => Some(Mark::Low(chunk)),
-            "hw" => Some(Mark::High(chunk)),
-            _ => None,
-        }
-    }
-
-    /// A watermark read from the stream inside its transaction: at a high
-    /// watermark the chunk's remaining rows are returned, to be emitted now
-    /// (within the watermark's transaction).
-    pub(crate) fn on_watermark(
-        &mut self,
-        prefix: &str,
-        content: &[u8],
-    ) -> Result<Option<MergedChunk>, SnapshotError> {
-        self.drain()?;
-        match self.parse_mark(prefix, content) {
-            None => Ok(None),
-            Some(Mark::Low(chunk)) => {
-                let _ = self.merger.low_watermark(chunk);
-                Ok(None)
-            }
-            Some(Mark::High(chunk)) => {
-                let tables = &self.tables;
-                let key_of = |row: &RowValues| {
-                    let key = &tables.get(self.chunks.get(&chunk)?.table)?.key;
-                    RowKey::of(row, key)
-                };
-                let merged = self
-                    .merger
-                    .high_watermark(chunk, key_of)
-                    .map_err(|e| SnapshotError::Merge(e.to_string()))?;
-                match merged {
-                    HighWatermark::Ignored => Ok(None),
-                    // The rows are sent before the high watermark is written.
-                    HighWatermark::RowsPending => Err(SnapshotError::Merge(format!(
-                        "high watermark of chunk {chunk} before its rows"
-                    ))),
-                    HighWatermark::Emit {
-                        table,
-                        rows,
-                        dropped,
-                    } => {
-                        tracing::debug!(chunk, rows = rows.len(), dropped, "snapshot chunk merged");
-                        self.emitted.push(chunk);
-                        let schema = self
-                            .tables
-                            .get(table)
-                            .map(|t| t.event_schema.clone())
-                            .ok_or_else(|| SnapshotError::Merge(format!("no table #{table}")))?;
-                        Ok(Some((schema, rows)))
-                    }
-                }
-            }
-        }
-    }
-
-    /// Whether the stream's changes to tables without a key may be held
-    /// back: until their consistent read is emitted, it covers them (the
-    /// pipeline holds them only when checkpoints restart an interrupted read).
-    pub(crate) fn holds_keyless(&self) -> bool {
-        !matches!(self.fallback, Fallback::Done)
-    }
-
-    /// How the snapshot sees the table of a stream event (cached by schema).
-    fn stream_table(&mut self, schema: &Arc<TableSchema>) -> StreamTable {
-        let ptr = Arc::as_ptr(schema) as usize;
-        let tables = &self.tables;
-        let keyless = &self.fallback_tables;
-        let entry = self.stream_keys.entry(ptr).or_insert_with(|| {
-            let same = |t: &SnapshotTable| *t.schema == *schema.schema && *t.name == *schema.table;
-            let kind = match tables.iter().position(same) {
-                Some(i) => {
-                    let t = &tables[i];
-                    let idx: Option<Vec<usize>> = t
-                        .key
-                        .iter()
-                        .map(|&k| t.columns.get(k).and_then(|c| schema.column_index(&c.name)))
-                        .collect();
-                    idx.map_or(StreamTable::Other, |idx| StreamTable::Keyed(i, idx))
-                }
-                None if keyless.iter().any(same) => StreamTable::Keyless,
-                None => StreamTable::Other,
-            };
-            // Keep the schema alive so its address is not reused.
-            (schema.clone(), kind)
-        });
-        entry.1.clone()
-    }
-
-    /// Whether a stream event is held back: a change to a table without a
-    /// key before its consistent read is emitted (the read contains it).
-    pub(crate) fn holds(&mut self, ev: &ChangeEvent) -> bool {
-        if !self.holds_keyless() {
-            return false;
-        }
-        match ev.table.as_ref() {
-            Some(schema) => matches!(self.stream_table(schema), StreamTable::Keyless),
-            None => false,
-        }
-    }
-
-    /// A change event of the stream: its keys close the window of any
-    /// chunk of its table being read.
-    pub(crate) fn on_change(&mut self, ev: &ChangeEvent) {
-        if self.merger.in_flight() == 0 {
-            return;
-        }
-        let Some(schema) = ev.table.as_ref() else {
-            return;
-        };
-        let StreamTable::Keyed(table, key) = self.stream_table(schema) else {
-            return;
-        };
-        if ev.op == Operation::Truncate {
-            self.merger.truncated(&table);
-            return;
-        }
-        for row in [ev.before_values(), ev.after_values()]
-            .into_iter()
-            .flatten()
-        {
-            if let Some(k) = RowKey::of(&row, &key) {
-                self.merger.changed(&table, &k);
-            }
-        }
-    }
-
-    /// The open transaction committed: chunks emitted in it are done.
-    pub(crate) fn on_commit(&mut self) {
-        if self.emitted.is_empty() {
-            return;
-        }
-        for chunk in std::mem::take(&mut self.emitted) {
-            if let Some(c) = self.chunks.remove(&chunk) {
-                self.chunks_done += 1;
-                self.rows_done += c.rows;
-                self.rows_total += c.rows;
-            }
-        }
-        self.log_progress(false);
-        self.finish_tables();
     }
 
     /// Moves on while the current table is fully planned and emitted.

@@ -4,23 +4,23 @@
 mod groups;
 #[cfg(test)]
 mod model_tests;
+mod operator;
+mod plan;
 mod rows;
 mod state;
 #[cfg(test)]
 mod tests;
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use cdc_core::types;
 use cdc_core::{Numeric, Value};
-use checkpoint_api::{OperatorStateError, StatefulOperator};
 
-use super::{CommitContext, Operator, OperatorError};
+use super::{CommitContext, OperatorError};
 use crate::event::{ChangeEvent, ColumnSchema, Operation, TableSchema};
 use groups::GroupIds;
+use plan::Plan;
 use rows::{Row, RowId};
 
 /// What a [`KeyedAggregate`] computes.
@@ -173,15 +173,6 @@ struct Open {
     truncated: bool,
 }
 
-/// Where the columns the aggregate reads are in one table schema.
-#[derive(Debug)]
-struct Plan {
-    /// The row key columns, in the order of `Committed::key_columns`.
-    key: Vec<usize>,
-    group: usize,
-    value: usize,
-}
-
 /// A row's group: known by key, or the id of a remembered row's group.
 enum GroupRef {
     Key(GroupKey),
@@ -253,139 +244,6 @@ impl KeyedAggregate {
             table: self.table_name(),
             column: column.to_owned(),
             reason: reason.to_owned(),
-        }
-    }
-
-    /// The column positions for `table`, re-keying the remembered rows if
-    /// its key columns are fewer than the ones used so far.
-    fn plan(
-        &mut self,
-        table: &Arc<TableSchema>,
-        op: &'static str,
-    ) -> Result<Arc<Plan>, OperatorError> {
-        if let Some((_, p)) = self.plans.iter().find(|(t, _)| Arc::ptr_eq(t, table)) {
-            return Ok(p.clone());
-        }
-        let group = table
-            .column_index(&self.spec.key)
-            .ok_or_else(|| self.missing(op, &self.spec.key))?;
-        let value = table
-            .column_index(&self.spec.value)
-            .ok_or_else(|| self.missing(op, &self.spec.value))?;
-        // The event's key columns; a table without a key is keyed by all.
-        let mut marked: Vec<&str> = table
-            .columns
-            .iter()
-            .filter(|c| c.is_key)
-            .map(|c| &*c.name)
-            .collect();
-        if marked.is_empty() {
-            marked = table.columns.iter().map(|c| &*c.name).collect();
-        }
-        let current = match self.committed.key_columns.clone() {
-            None => marked.iter().map(|&n| n.to_owned()).collect(),
-            Some(cols) if cols.iter().all(|c| marked.contains(&c.as_str())) => cols,
-            Some(cols) if marked.iter().all(|&m| cols.iter().any(|c| c == m)) => {
-                // Fewer key columns: keep those, in the current order.
-                let positions: Vec<usize> = cols
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| marked.contains(&c.as_str()))
-                    .map(|(i, _)| i)
-                    .collect();
-                self.rekey(&positions);
-                positions
-                    .iter()
-                    .filter_map(|&i| cols.get(i).cloned())
-                    .collect()
-            }
-            Some(cols) => {
-                return Err(self.bad(
-                    &marked.join(", "),
-                    &format!(
-                        "this {op} identifies rows by these columns, earlier events by ({}); \
-                         the aggregate needs one row key (the primary key, or every column \
-                         under REPLICA IDENTITY FULL)",
-                        cols.join(", ")
-                    ),
-                ));
-            }
-        };
-        let key = current
-            .iter()
-            .map(|c| table.column_index(c))
-            .collect::<Option<Vec<usize>>>()
-            .ok_or_else(|| self.missing(op, &current.join(", ")))?;
-        self.committed.key_columns = Some(current);
-        let plan = Arc::new(Plan { key, group, value });
-        if self.plans.len() >= 4 {
-            self.plans.remove(0);
-        }
-        self.plans.push((table.clone(), plan.clone()));
-        Ok(plan)
-    }
-
-    /// Re-keys every remembered row by the key segments at `positions`.
-    /// Rows that collide (two versions of one row, which a table whose key
-    /// is included in the old one cannot produce) keep one version; the
-    /// groups stay the sums of the rows.
-    fn rekey(&mut self, positions: &[usize]) {
-        self.plans.clear();
-        let old = std::mem::take(&mut self.committed.rows);
-        let mut rows = HashMap::with_capacity(old.len());
-        for (id, row) in old {
-            match id.project(positions) {
-                Some(new) if !rows.contains_key(&new) => {
-                    rows.insert(new, row);
-                }
-                _ => {
-                    let Some(key) = self.committed.ids.key(row.group()).cloned() else {
-                        continue;
-                    };
-                    if let Some(g) = self.committed.groups.get_mut(&key) {
-                        g.remove(row.value());
-                        if g.count <= 0 {
-                            self.committed.groups.remove(&key);
-                        }
-                    }
-                    self.pending.insert(key);
-                }
-            }
-        }
-        self.committed.rows = rows;
-
-        let old = std::mem::take(&mut self.open.rows);
-        let mut open: HashMap<RowId, Option<Row>> = HashMap::with_capacity(old.len());
-        for (id, row) in old {
-            let Some(new) = id.project(positions) else {
-                continue;
-            };
-            match open.entry(new) {
-                Entry::Vacant(e) => {
-                    e.insert(row);
-                }
-                Entry::Occupied(mut e) => {
-                    if e.get().is_none() {
-                        e.insert(row);
-                    }
-                }
-            }
-        }
-        // The deltas are what the open rows add to the committed ones.
-        let Open {
-            rows: open_rows,
-            deltas,
-            truncated,
-        } = &mut self.open;
-        *open_rows = open;
-        deltas.values_mut().for_each(|d| *d = Group::default());
-        for (id, row) in open_rows.iter() {
-            if let Some(r) = row {
-                deltas.entry(r.group()).or_default().add(r.value());
-            }
-            if let Some(c) = self.committed.rows.get(id).filter(|_| !*truncated) {
-                deltas.entry(c.group()).or_default().remove(c.value());
-            }
         }
     }
 
@@ -609,149 +467,5 @@ fn integer(v: &Value<'_>) -> Option<i128> {
             int.parse().ok()
         }
         _ => None,
-    }
-}
-
-impl StatefulOperator for KeyedAggregate {
-    fn operator_id(&self) -> &str {
-        &self.spec.id
-    }
-
-    fn kind(&self) -> &str {
-        Self::KIND
-    }
-
-    fn state_version(&self) -> u32 {
-        Self::VERSION
-    }
-
-    fn snapshot_state(&self) -> Result<Bytes, OperatorStateError> {
-        state::write(&self.committed).ok_or_else(|| OperatorStateError::Invalid {
-            operator: self.spec.id.clone(),
-            reason: "a remembered row refers to a group the aggregate does not hold".into(),
-        })
-    }
-
-    fn restore_state(&mut self, version: u32, state: Bytes) -> Result<(), OperatorStateError> {
-        let invalid = |reason: String| OperatorStateError::Invalid {
-            operator: self.spec.id.clone(),
-            reason,
-        };
-        match version {
-            Self::VERSION => {}
-            1 => return Err(invalid(state::V1_REFUSED.to_owned())),
-            found => {
-                return Err(OperatorStateError::UnsupportedVersion {
-                    operator: self.spec.id.clone(),
-                    found,
-                    supported: Self::VERSION,
-                })
-            }
-        }
-        let committed = state::read(&state).map_err(|why| {
-            invalid(format!(
-                "malformed {}-byte keyed_aggregate state: {why}",
-                state.len()
-            ))
-        })?;
-        self.committed = committed;
-        self.plans.clear();
-        self.pending.clear();
-        self.open = Open::default();
-        Ok(())
-    }
-}
-
-impl Operator for KeyedAggregate {
-    fn on_event(&mut self, event: &ChangeEvent) -> Result<(), OperatorError> {
-        let Some(table) = event.table.as_ref() else {
-            return Ok(());
-        };
-        if !self.matches(table) {
-            return Ok(());
-        }
-        match event.op {
-            Operation::Create | Operation::Read | Operation::Update => {
-                let op = match event.op {
-                    Operation::Create => "insert",
-                    Operation::Read => "read",
-                    _ => "update",
-                };
-                if let Some(after) = event.after_values() {
-                    let before = event.before_values();
-                    self.upsert(table, before.as_deref(), &after, op)?;
-                }
-            }
-            Operation::Delete => {
-                let plan = self.plan(table, "delete")?;
-                let before = event
-                    .before_values()
-                    .ok_or_else(|| self.missing("delete", "(row key)"))?;
-                let id = self.row_id(table, &plan, &before, None, "delete")?;
-                self.set(id, None);
-            }
-            Operation::Truncate => {
-                let keys = self.delta_keys();
-                self.release_uncommitted(keys);
-                self.open.rows.clear();
-                self.open.deltas.clear();
-                self.open.truncated = true;
-            }
-            Operation::Message => {}
-        }
-        Ok(())
-    }
-
-    fn on_commit(
-        &mut self,
-        commit: &CommitContext,
-        out: &mut Vec<ChangeEvent>,
-    ) -> Result<(), OperatorError> {
-        let mut touched = std::mem::take(&mut self.pending);
-        let c = &mut self.committed;
-        if std::mem::take(&mut self.open.truncated) {
-            c.rows.clear();
-            touched.extend(std::mem::take(&mut c.groups).into_keys());
-        }
-        for (id, row) in self.open.rows.drain() {
-            match row {
-                Some(r) => {
-                    c.rows.insert(id, r);
-                }
-                None => {
-                    c.rows.remove(&id);
-                }
-            }
-        }
-        for (id, delta) in self.open.deltas.drain() {
-            let Some(key) = c.ids.key(id).cloned() else {
-                continue;
-            };
-            c.groups.entry(key.clone()).or_default().merge(delta);
-            touched.insert(key);
-        }
-        let mut index = commit.next_index;
-        for key in touched {
-            let group = match self.committed.groups.get(&key) {
-                Some(g) if g.count > 0 => Some(*g),
-                _ => {
-                    self.committed.groups.remove(&key);
-                    self.committed.ids.release(&key);
-                    None
-                }
-            };
-            out.push(self.derived(&key, group, commit, index));
-            index = index.saturating_add(1);
-        }
-        Ok(())
-    }
-
-    fn on_abort(&mut self) {
-        let mut keys = self.delta_keys();
-        keys.extend(self.pending.iter().cloned());
-        self.release_uncommitted(keys);
-        self.open.rows.clear();
-        self.open.deltas.clear();
-        self.open.truncated = false;
     }
 }

@@ -1,0 +1,256 @@
+//! Tests of the event converter.
+
+use cdc_core::pgoutput::{
+    Column, Delete, Insert, OldTuple, Relation, ReplicaIdentity, Truncate, Update,
+};
+use cdc_core::{decode_text, types, TxnBegin, TxnCommit, Value};
+
+use super::*;
+
+fn relation(cache: &mut RelationCache, oid: Oid, name: &str) -> Arc<Relation<'static>> {
+    cache.insert_relation(Relation {
+        xid: None,
+        oid,
+        namespace: "public".into(),
+        name: name.to_owned().into(),
+        replica_identity: ReplicaIdentity::Default,
+        columns: vec![
+            Column {
+                flags: 1,
+                name: "id".into(),
+                type_oid: types::INT8,
+                type_modifier: -1,
+            },
+            Column {
+                flags: 0,
+                name: "doc".into(),
+                type_oid: types::TEXT,
+                type_modifier: -1,
+            },
+        ],
+    })
+}
+
+fn tuple(values: &[TupleValue<'_>]) -> TupleData<'static> {
+    TupleData::from_values(values).unwrap()
+}
+
+fn begin(xid: Xid) -> TxnEvent<'static> {
+    TxnEvent::Begin(TxnBegin {
+        xid,
+        final_lsn: Lsn::from_u64(0x500),
+        timestamp: PgTimestamp::from_pg_micros(1_000_000),
+        kind: TxnKind::Plain,
+    })
+}
+
+fn commit(xid: Xid) -> TxnEvent<'static> {
+    TxnEvent::Commit(TxnCommit {
+        xid,
+        commit_lsn: Lsn::from_u64(0x500),
+        end_lsn: Lsn::from_u64(0x530),
+        commit_time: PgTimestamp::from_pg_micros(1_000_000),
+    })
+}
+
+#[test]
+fn transaction_of_every_change_kind() {
+    let mut cache = RelationCache::new();
+    let a = relation(&mut cache, 10, "a");
+    relation(&mut cache, 11, "b");
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    let events = [
+        begin(9),
+        TxnEvent::Change(Change::Insert(
+            a.clone(),
+            Insert {
+                xid: None,
+                relation: 10,
+                new: tuple(&[TupleValue::Text(b"1"), TupleValue::Binary(b"hi")]),
+            },
+        )),
+        TxnEvent::Change(Change::Update(
+            a.clone(),
+            Update {
+                xid: None,
+                relation: 10,
+                old: Some(OldTuple::Key(tuple(&[
+                    TupleValue::Text(b"1"),
+                    TupleValue::Null,
+                ]))),
+                new: tuple(&[TupleValue::Text(b"2"), TupleValue::UnchangedToast]),
+            },
+        )),
+        TxnEvent::Change(Change::Delete(
+            a.clone(),
+            Delete {
+                xid: None,
+                relation: 10,
+                old: OldTuple::Key(tuple(&[TupleValue::Text(b"2"), TupleValue::Null])),
+            },
+        )),
+        TxnEvent::Change(Change::Truncate(Truncate {
+            xid: None,
+            options: 0,
+            relations: vec![10, 11],
+        })),
+        commit(9),
+    ];
+    let mut n = 0;
+    for (i, ev) in events.iter().enumerate() {
+        n += conv
+            .handle(ev, &cache, Some(Lsn::from_u64(0x400 + i as u64)), &mut out)
+            .unwrap();
+    }
+    assert_eq!(n, 5);
+    let ops: Vec<Operation> = out.iter().map(|e| e.op).collect();
+    assert_eq!(
+        ops,
+        [
+            Operation::Create,
+            Operation::Update,
+            Operation::Delete,
+            Operation::Truncate,
+            Operation::Truncate
+        ]
+    );
+    let idx: Vec<u32> = out.iter().map(|e| e.index).collect();
+    assert_eq!(idx, [0, 1, 2, 3, 4]);
+    assert_eq!(
+        out[0].after_values().as_deref(),
+        Some(&[Value::Int8(1), Value::Text("hi".into())][..])
+    );
+    assert_eq!(
+        out[1].before_values().as_deref(),
+        Some(&[Value::Int8(1), Value::Null][..])
+    );
+    assert_eq!(
+        out[1].after_values().as_deref(),
+        Some(&[Value::Int8(2), Value::UnchangedToast][..])
+    );
+    assert_eq!(out[3].table_name(), Some("a"));
+    assert_eq!(out[4].table_name(), Some("b"));
+    assert!(out
+        .iter()
+        .all(|e| e.source.commit_lsn == Lsn::from_u64(0x500) && e.source.xid == 9));
+    assert_eq!(out[0].source.lsn, Lsn::from_u64(0x401));
+    // One schema shared by every event of a table.
+    assert!(Arc::ptr_eq(
+        out[0].table.as_ref().unwrap(),
+        out[2].table.as_ref().unwrap()
+    ));
+    let names: Vec<&str> = out[0].after_columns().map(|c| &*c.schema.name).collect();
+    assert_eq!(names, ["id", "doc"]);
+    assert_eq!(conv.open_transaction(), None);
+
+    // The next transaction numbers from 0 again.
+    out.clear();
+    conv.handle(&begin(10), &cache, None, &mut out).unwrap();
+    conv.handle(&events[1], &cache, None, &mut out).unwrap();
+    assert_eq!(out[0].index, 0);
+    assert_eq!(
+        out[0].source.lsn,
+        Lsn::from_u64(0x500),
+        "commit LSN when the position is unknown"
+    );
+}
+
+#[test]
+fn typed_errors() {
+    let mut cache = RelationCache::new();
+    let a = relation(&mut cache, 10, "a");
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    let insert = |t: TupleData<'static>| {
+        TxnEvent::Change(Change::Insert(
+            a.clone(),
+            Insert {
+                xid: None,
+                relation: 10,
+                new: t,
+            },
+        ))
+    };
+    let good = insert(tuple(&[TupleValue::Text(b"1"), TupleValue::Null]));
+    assert!(matches!(
+        conv.handle(&good, &cache, None, &mut out),
+        Err(ConvertError::NoTransaction { what: "Insert" })
+    ));
+    conv.handle(&begin(1), &cache, None, &mut out).unwrap();
+    assert!(matches!(
+        conv.handle(&begin(2), &cache, None, &mut out),
+        Err(ConvertError::NestedBegin {
+            xid: 2,
+            open_xid: 1
+        })
+    ));
+    let short = insert(tuple(&[TupleValue::Text(b"1")]));
+    assert!(matches!(
+        conv.handle(&short, &cache, None, &mut out),
+        Err(ConvertError::ColumnCount {
+            expected: 2,
+            got: 1,
+            ..
+        })
+    ));
+    let bad = insert(tuple(&[TupleValue::Text(b"one"), TupleValue::Null]));
+    match conv.handle(&bad, &cache, None, &mut out) {
+        Err(ConvertError::Value { column, .. }) => assert_eq!(&*column, "id"),
+        other => panic!("{other:?}"),
+    }
+    // Validation gives the errors decoding gives (it builds no value).
+    let cases: [(&[u8], &[u8], &str, Oid); 5] = [
+        (b"99999999999999999999", b"", "id", types::INT8),
+        (b"9223372036854775808", b"", "id", types::INT8),
+        (b"-", b"", "id", types::INT8),
+        (b"1", b"caf\xc3", "doc", types::TEXT),
+        (b"1", b"ok \xff\xfe", "doc", types::TEXT),
+    ];
+    for (id, doc, bad_column, oid) in cases {
+        let bad = insert(tuple(&[TupleValue::Text(id), TupleValue::Text(doc)]));
+        let raw = if bad_column == "id" { id } else { doc };
+        let want = decode_text(oid, raw).unwrap_err();
+        match conv.handle(&bad, &cache, None, &mut out) {
+            Err(ConvertError::Value { column, source, .. }) => {
+                assert_eq!(&*column, bad_column);
+                assert_eq!(source, want, "{raw:?}");
+            }
+            other => panic!("{raw:?}: {other:?}"),
+        }
+    }
+    let trunc = TxnEvent::Change(Change::Truncate(Truncate {
+        xid: None,
+        options: 0,
+        relations: vec![99],
+    }));
+    assert!(matches!(
+        conv.handle(&trunc, &cache, None, &mut out),
+        Err(ConvertError::UnknownRelation { oid: 99 })
+    ));
+    assert!(out.is_empty());
+}
+
+#[test]
+fn new_relation_message_rebuilds_the_schema() {
+    let mut cache = RelationCache::new();
+    let a = relation(&mut cache, 10, "a");
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    conv.handle(&begin(1), &cache, None, &mut out).unwrap();
+    let ins = |r: &Arc<Relation<'static>>| {
+        TxnEvent::Change(Change::Insert(
+            r.clone(),
+            Insert {
+                xid: None,
+                relation: 10,
+                new: tuple(&[TupleValue::Text(b"1"), TupleValue::Null]),
+            },
+        ))
+    };
+    conv.handle(&ins(&a), &cache, None, &mut out).unwrap();
+    let renamed = relation(&mut cache, 10, "a2");
+    conv.handle(&ins(&renamed), &cache, None, &mut out).unwrap();
+    assert_eq!(out[0].table_name(), Some("a"));
+    assert_eq!(out[1].table_name(), Some("a2"));
+}

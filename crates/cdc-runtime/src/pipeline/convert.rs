@@ -1,0 +1,210 @@
+//! Conversion: decoded transaction events become change events in the
+//! pending batch. Transactions processed before (ahead of a reconnect or
+//! the checkpoint resumed from) are skipped, heartbeats dropped, operators
+//! see every event and each commit, and checkpoints are captured at commits
+//! or between transactions. Operators are restored from the checkpoint
+//! resumed from here too.
+
+use cdc_core::{Lsn, TxnEvent};
+
+use super::session::Source;
+use super::{PipelineError, Shared};
+use crate::operators::Operator;
+use crate::snapshot::WATERMARK_PREFIX;
+
+/// The prefix of the heartbeat messages `source.heartbeat_interval_ms`
+/// writes; the pipeline drops them before operators and sinks.
+pub const HEARTBEAT_PREFIX: &str = "pgcdc.heartbeat";
+
+impl Source<'_> {
+    /// Tells every operator the transaction of `ctx` committed; their
+    /// derived events follow its events, numbered on. Returns how many.
+    pub(super) fn commit_operators(
+        &mut self,
+        ctx: &mut crate::operators::CommitContext,
+    ) -> Result<usize, PipelineError> {
+        let mut added = 0;
+        for op in self.operators.iter_mut() {
+            let before = self.pending.events.len();
+            op.on_commit(ctx, &mut self.pending.events)
+                .map_err(PipelineError::Operator)?;
+            let derived = self.pending.events.len() - before;
+            ctx.next_index = ctx.next_index.saturating_add(derived as u32);
+            added += derived;
+        }
+        Ok(added)
+    }
+
+    /// Converts `event` (from the XLogData at `lsn`) into the pending
+    /// batch, running the operators over it.
+    pub(super) fn convert(
+        &mut self,
+        shared: &mut Shared,
+        event: &TxnEvent<'_>,
+        lsn: Lsn,
+    ) -> Result<(), PipelineError> {
+        // Transactions the pipeline already processed (before a reconnect
+        // or up to the checkpoint it resumed from) are skipped: a commit
+        // record that starts before `processed` ends at or before it.
+        match event {
+            TxnEvent::Begin(b) if b.final_lsn < self.processed => {
+                self.skipping = true;
+                return Ok(());
+            }
+            TxnEvent::Message(m) if m.lsn < self.processed => return Ok(()),
+            _ if self.skipping => {
+                if matches!(event, TxnEvent::Commit(_)) {
+                    self.skipping = false;
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
+        let commit = match event {
+            TxnEvent::Commit(_) => self.converter.open_commit_context(),
+            _ => None,
+        };
+        let start = self.pending.events.len();
+        let n = match event {
+            // The snapshot's watermarks: never passed on; a high watermark
+            // brings its chunk's rows into this transaction.
+            // Heartbeats only move the stream on.
+            TxnEvent::Change(cdc_core::Change::Message(m)) | TxnEvent::Message(m)
+                if m.prefix == HEARTBEAT_PREFIX =>
+            {
+                0
+            }
+            TxnEvent::Change(cdc_core::Change::Message(m)) | TxnEvent::Message(m)
+                if m.prefix == WATERMARK_PREFIX =>
+            {
+                self.on_watermark(m)?
+            }
+            _ => {
+                let mut n = self.converter.handle(
+                    event,
+                    self.assembler.relations(),
+                    Some(lsn),
+                    &mut self.pending.events,
+                )?;
+                if let TxnEvent::Change(_) = event {
+                    n -= self.snapshot_on_changes(shared, start);
+                }
+                n
+            }
+        };
+        let in_txn = self.converter.open_transaction().is_some();
+        if in_txn || matches!(event, TxnEvent::Commit(_)) {
+            for ev in &self.pending.events[start..] {
+                for op in self.operators.iter_mut() {
+                    op.on_event(ev).map_err(PipelineError::Operator)?;
+                }
+            }
+        }
+        let mut added = n;
+        if let TxnEvent::Commit(c) = event {
+            if let Some(mut ctx) = commit {
+                added += self.commit_operators(&mut ctx)?;
+            }
+            self.pending.commit_end = Some(c.end_lsn);
+            self.processed = self.processed.max(c.end_lsn);
+            self.snapshot_on_commit(shared);
+            if let Some(coord) = shared.coordinator.as_mut() {
+                if coord.wants_capture() {
+                    if let Some(s) = &self.snapshot {
+                        coord.set_snapshot(s.progress());
+                    }
+                    let save = coord
+                        .capture(c.end_lsn, c.end_lsn, &self.operators)
+                        .map_err(PipelineError::Checkpoint)?;
+                    self.pending.checkpoint_here(save);
+                }
+            }
+        }
+        if !in_txn {
+            self.pending.committed = self.pending.events.len();
+        }
+        shared.events = shared.events.saturating_add(added as u64);
+        Ok(())
+    }
+
+    /// On a checkpoint tick: between transactions, capture right away (at
+    /// the idle position if the server reported a newer one); inside one the
+    /// next commit captures.
+    pub(super) fn checkpoint_between_transactions(
+        &mut self,
+        shared: &mut Shared,
+    ) -> Result<(), PipelineError> {
+        let Some(coord) = shared.coordinator.as_mut() else {
+            return Ok(());
+        };
+        coord.tick();
+        if coord.wants_capture() && self.converter.open_transaction().is_none() && !self.skipping {
+            let position = self.processed.max(self.idle_position);
+            if !position.is_invalid() {
+                if let Some(s) = &self.snapshot {
+                    coord.set_snapshot(s.progress());
+                }
+                let save = coord
+                    .capture(position, self.processed, &self.operators)
+                    .map_err(PipelineError::Checkpoint)?;
+                self.pending.checkpoint_here(save);
+            }
+        }
+        Ok(())
+    }
+
+    /// The connection dropped: the server will send the open transaction
+    /// again, so forget its events that are not shipped yet and its effect
+    /// on the operators. Events of committed transactions stay pending.
+    pub(super) fn abort_open_transaction(&mut self) {
+        if self.converter.open_transaction().is_some() {
+            for op in self.operators.iter_mut() {
+                op.on_abort();
+            }
+        }
+        self.pending.events.truncate(self.pending.committed);
+        self.assembler.reset();
+        self.spill.clear();
+        self.converter.reset();
+        self.skipping = false;
+        if let Some(s) = self.snapshot.as_mut() {
+            s.restart();
+        }
+    }
+
+    /// Where a final checkpoint may be taken: the last commit, or the idle
+    /// position when no transaction is open.
+    pub(super) fn final_position(&self) -> Option<Lsn> {
+        let open = self.converter.open_transaction().is_some() || self.skipping;
+        let position = if open {
+            self.processed
+        } else {
+            self.processed.max(self.idle_position)
+        };
+        (!position.is_invalid()).then_some(position)
+    }
+}
+
+/// Restores every operator from `resume`; an operator without state starts
+/// empty, state without an operator is dropped (both logged).
+pub(super) fn restore_operators(
+    resume: &checkpoint_api::Checkpoint,
+    operators: &mut [Box<dyn Operator>],
+) -> Result<(), PipelineError> {
+    for op in operators.iter_mut() {
+        match resume.operator(op.operator_id()) {
+            Some(state) => state
+                .restore_into(op.as_mut())
+                .map_err(PipelineError::Restore)?,
+            None => tracing::warn!(operator = op.operator_id(), checkpoint = %resume.id,
+                "the checkpoint holds no state for this operator; it starts empty"),
+        }
+    }
+    for state in &resume.operators {
+        if !operators.iter().any(|o| o.operator_id() == state.id) {
+            tracing::warn!(operator = %state.id, kind = %state.kind, checkpoint = %resume.id,
+                "the checkpoint holds state of an operator that is no longer configured; dropping it");
+        }
+    }
+    Ok(())
+}

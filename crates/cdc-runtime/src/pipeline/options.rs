@@ -1,0 +1,153 @@
+//! The pipeline's settings: [`PipelineOptions`] and the reconnect pacing
+//! [`Backoff`]. Plain data that the stages read; nothing here does IO.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cdc_core::Lsn;
+
+use crate::replication::ReplicationConfig;
+
+/// How reconnects are paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first delay.
+    pub initial: Duration,
+    /// The largest delay.
+    pub max: Duration,
+    /// Give up after this many consecutive failed attempts (`None`: never).
+    pub max_attempts: Option<u32>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(200),
+            max: Duration::from_secs(30),
+            max_attempts: None,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before attempt `attempt` (1-based): `initial * 2^(attempt-1)`
+    /// capped at `max`, then scaled by a random factor in `[0.5, 1.0]`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let exp = self
+            .initial
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+        let capped = exp.min(self.max);
+        capped.mul_f64(0.5 + 0.5 * jitter())
+    }
+}
+
+/// A random number in `[0, 1)` from std's randomly keyed hasher.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Settings of a [`Pipeline`](super::Pipeline).
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    /// The replication connection (password never printed).
+    pub replication: ReplicationConfig,
+    /// The logical replication slot (must exist, plugin pgoutput).
+    pub slot: String,
+    /// Publications to stream.
+    pub publications: Vec<String>,
+    /// Where to start if nothing was confirmed yet (`None`: the slot's position).
+    pub start_lsn: Option<Lsn>,
+    /// The pgoutput protocol version to ask for (`None`: the newest the
+    /// server speaks). Version 1 has no streaming of in-progress
+    /// transactions: the server holds large ones until they commit.
+    pub proto_version: Option<u32>,
+    /// Change events per batch.
+    pub batch_size: usize,
+    /// Bytes of streamed in-progress transactions held in memory; past it
+    /// the largest is spilled to a file in `spill_dir`.
+    pub byte_budget: usize,
+    /// Where spill files go.
+    pub spill_dir: PathBuf,
+    /// Interval between standby status updates.
+    pub status_interval: Duration,
+    /// Batches buffered per sink.
+    pub channel_capacity: usize,
+    /// Fail a silent connection after this long without any message.
+    pub receive_timeout: Option<Duration>,
+    /// Reconnect pacing.
+    pub backoff: Backoff,
+    /// After a socket read that brought in less than [`READ_PAUSE_BELOW`]
+    /// bytes, wait this long before reading again, so that the next read
+    /// takes in what the server sent meanwhile at once: while the server
+    /// sends faster than one small read at a time, every read otherwise
+    /// costs a system call, a readiness wait and a task wake-up for a few
+    /// messages. It adds at most this much latency, and only while data
+    /// keeps arriving in small pieces. Zero: read again at once.
+    pub read_pause: Duration,
+}
+
+/// See [`PipelineOptions::read_pause`].
+pub const READ_PAUSE_BELOW: usize = 64 * 1024;
+
+impl PipelineOptions {
+    /// Options with the defaults (newest protocol version, batch 1000, 64 MiB
+    /// budget, spill files in the system temporary directory, 10 s status
+    /// interval, 4 batches per sink channel, 90 s receive timeout, 1 ms read
+    /// pause).
+    pub fn new(
+        replication: ReplicationConfig,
+        slot: impl Into<String>,
+        publication: impl Into<String>,
+    ) -> Self {
+        PipelineOptions {
+            replication,
+            slot: slot.into(),
+            publications: vec![publication.into()],
+            start_lsn: None,
+            proto_version: None,
+            batch_size: super::DEFAULT_BATCH_SIZE,
+            byte_budget: super::DEFAULT_BYTE_BUDGET,
+            spill_dir: std::env::temp_dir(),
+            status_interval: super::DEFAULT_STATUS_INTERVAL,
+            channel_capacity: super::DEFAULT_CHANNEL_CAPACITY,
+            receive_timeout: Some(Duration::from_secs(90)),
+            backoff: Backoff::default(),
+            read_pause: Duration::from_millis(1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_exponentially_with_jitter_and_a_cap() {
+        let b = Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+            max_attempts: None,
+        };
+        for (attempt, full) in [
+            (1, 100),
+            (2, 200),
+            (3, 400),
+            (4, 800),
+            (5, 1000),
+            (40, 1000),
+        ] {
+            let d = b.delay(attempt);
+            let full = Duration::from_millis(full);
+            assert!(
+                d >= full / 2 && d <= full,
+                "attempt {attempt}: {d:?} vs {full:?}"
+            );
+        }
+        // Jitter: not every delay is the same.
+        let delays: std::collections::HashSet<_> = (0..20).map(|_| b.delay(3)).collect();
+        assert!(delays.len() > 1);
+    }
+}
