@@ -63,6 +63,7 @@
 //!   encoders that write every message exactly as a server would, for tests,
 //!   benchmarks and fuzz targets. Not for production use.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod copy_binary;
 pub mod copy_text;

@@ -117,6 +117,7 @@
 //!
 //! None.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod checkpoint;
 

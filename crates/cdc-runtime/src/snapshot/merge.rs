@@ -68,8 +68,11 @@ pub enum HighWatermark<T, R> {
     /// The chunk is finished: emit `rows` (in delivery order) now, before
     /// any later stream event. `dropped` rows were superseded by the stream.
     Emit {
+        /// The chunk's table.
         table: T,
+        /// Its rows that the stream did not supersede.
         rows: Vec<R>,
+        /// How many rows the stream superseded.
         dropped: usize,
     },
     /// The rows have not arrived: deliver them with [`Merger::rows`], then
@@ -117,6 +120,7 @@ impl<T: Eq + Hash + Clone, K: Eq + Hash + Clone, R> Default for Merger<T, K, R> 
 }
 
 impl<T: Eq + Hash + Clone, K: Eq + Hash + Clone, R> Merger<T, K, R> {
+    /// A merger with no chunk in flight.
     pub fn new() -> Self {
         Self::default()
     }
