@@ -577,8 +577,9 @@ async fn run_streams_every_change_and_value_type_to_the_file_sink() {
 
 // ---- clear errors -------------------------------------------------------------
 
-/// Runs `pgcdc run --config <config>` expecting a quick failure; returns stderr.
-async fn run_expecting_failure(config: &Path) -> String {
+/// Runs `pgcdc run --config <config>` expecting a quick failure with exit
+/// status `code`; returns stderr.
+async fn run_expecting_failure(config: &Path, code: i32) -> String {
     let out = run_pgcdc(&["run", "--config", config.to_str().unwrap()], TIMEOUT)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -587,7 +588,7 @@ async fn run_expecting_failure(config: &Path) -> String {
         !out.status.success(),
         "pgcdc should fail; stderr:\n{stderr}"
     );
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
     stderr
 }
 
@@ -598,8 +599,9 @@ const WRONG_PASSWORD: &str = "wr0ng-guess-pw";
 
 /// One dedicated cluster serves three definite errors: it has
 /// `wal_level=replica`, SCRAM authentication with a superuser password, and
-/// no TLS. Each `pgcdc run` exits 1 with a message saying what to change, and
-/// never prints a password.
+/// no TLS. Each `pgcdc run` exits with a message saying what to change (3
+/// when it cannot connect, 1 when the server is not ready), and never prints
+/// a password.
 #[tokio::test]
 async fn run_fails_clearly_on_bad_password_wal_level_and_missing_tls() {
     let cluster = LocalCluster::create(
@@ -634,9 +636,9 @@ async fn run_fails_clearly_on_bad_password_wal_level_and_missing_tls() {
         "s",
         "sslmode = \"disable\"",
     );
-    let stderr = run_expecting_failure(&config).await;
+    let stderr = run_expecting_failure(&config, 3).await;
     no_password(&stderr);
-    assert!(stderr.contains("pgcdc: cannot connect"), "{stderr}");
+    assert!(stderr.contains("cannot connect"), "{stderr}");
     assert!(
         stderr.contains("password authentication failed"),
         "{stderr}"
@@ -652,7 +654,7 @@ async fn run_fails_clearly_on_bad_password_wal_level_and_missing_tls() {
         "s",
         "sslmode = \"disable\"",
     );
-    let stderr = run_expecting_failure(&config).await;
+    let stderr = run_expecting_failure(&config, 1).await;
     no_password(&stderr);
     assert!(
         stderr.contains("wal_level is 'replica'; set wal_level=logical and restart the server"),
@@ -668,7 +670,7 @@ async fn run_fails_clearly_on_bad_password_wal_level_and_missing_tls() {
         "s",
         "sslmode = \"require\"",
     );
-    let stderr = run_expecting_failure(&config).await;
+    let stderr = run_expecting_failure(&config, 3).await;
     no_password(&stderr);
     assert!(stderr.contains("set sslmode=disable or prefer"), "{stderr}");
 
@@ -698,7 +700,7 @@ async fn run_fails_clearly_on_a_missing_table() {
         "cli_missing",
         "",
     );
-    let stderr = run_expecting_failure(&config).await;
+    let stderr = run_expecting_failure(&config, 1).await;
     assert!(
         stderr.contains("table app.absent does not exist (check source.tables)"),
         "{stderr}"

@@ -24,8 +24,11 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod exit;
+pub mod inspect;
 pub mod logging;
 pub mod quickstart;
+pub mod timefmt;
 
 use std::future::Future;
 
