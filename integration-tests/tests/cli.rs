@@ -577,8 +577,9 @@ async fn run_streams_every_change_and_value_type_to_the_file_sink() {
 
 // ---- clear errors -------------------------------------------------------------
 
-/// Runs `pgcdc run --config <config>` expecting a quick failure; returns stderr.
-async fn run_expecting_failure(config: &Path) -> String {
+/// Runs `pgcdc run --config <config>` expecting a quick failure with exit
+/// status `code`; returns stderr.
+async fn run_expecting_failure(config: &Path, code: i32) -> String {
     let out = run_pgcdc(&["run", "--config", config.to_str().unwrap()], TIMEOUT)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -587,7 +588,7 @@ async fn run_expecting_failure(config: &Path) -> String {
         !out.status.success(),
         "pgcdc should fail; stderr:\n{stderr}"
     );
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
     stderr
 }
 
@@ -598,8 +599,9 @@ const WRONG_PASSWORD: &str = "wr0ng-guess-pw";
 
 /// One dedicated cluster serves three definite errors: it has
 /// `wal_level=replica`, SCRAM authentication with a superuser password, and
-/// no TLS. Each `pgcdc run` exits 1 with a message saying what to change, and
-/// never prints a password.
+/// no TLS. Each `pgcdc run` exits with a message saying what to change (3
+/// when it cannot connect, 1 when the server is not ready), and never prints
+/// a password.
 #[tokio::test]
 async fn run_fails_clearly_on_bad_password_wal_level_and_missing_tls() {
     let cluster = LocalCluster::create(
@@ -634,9 +636,9 @@ async fn run_fails_clearly_on_bad_password_wal_level_and_missing_tls() {
         "s",
         "sslmode = \"disable\"",
     );
-    let stderr = run_expecting_failure(&config).await;
+    let stderr = run_expecting_failure(&config, 3).await;
     no_password(&stderr);
-    assert!(stderr.contains("pgcdc: cannot connect"), "{stderr}");
+    assert!(stderr.contains("cannot connect"), "{stderr}");
     assert!(
         stderr.contains("password authentication failed"),
         "{stderr}"
@@ -652,7 +654,7 @@ async fn run_fails_clearly_on_bad_password_wal_level_and_missing_tls() {
         "s",
         "sslmode = \"disable\"",
     );
-    let stderr = run_expecting_failure(&config).await;
+    let stderr = run_expecting_failure(&config, 1).await;
     no_password(&stderr);
     assert!(
         stderr.contains("wal_level is 'replica'; set wal_level=logical and restart the server"),
@@ -668,7 +670,7 @@ async fn run_fails_clearly_on_bad_password_wal_level_and_missing_tls() {
         "s",
         "sslmode = \"require\"",
     );
-    let stderr = run_expecting_failure(&config).await;
+    let stderr = run_expecting_failure(&config, 3).await;
     no_password(&stderr);
     assert!(stderr.contains("set sslmode=disable or prefer"), "{stderr}");
 
@@ -698,7 +700,7 @@ async fn run_fails_clearly_on_a_missing_table() {
         "cli_missing",
         "",
     );
-    let stderr = run_expecting_failure(&config).await;
+    let stderr = run_expecting_failure(&config, 1).await;
     assert!(
         stderr.contains("table app.absent does not exist (check source.tables)"),
         "{stderr}"
@@ -856,4 +858,327 @@ async fn run_survives_server_restarts_without_losing_commits() {
     assert_ne!(walsender_pid(&admin, slot).await, first_walsender);
     stop_cleanly(&mut pgcdc).await;
     assert!(committed.len() >= 60);
+}
+
+// ---- validate, configuration errors, exit statuses, --json ----------------------
+
+/// Runs `pgcdc <args>` with `env` added to the clean environment of
+/// [`run_pgcdc`] (which removes every `PGCDC_*` variable of the caller).
+async fn run_pgcdc_with_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = tokio::process::Command::new(integration_tests::pgcdc_binary().unwrap());
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with("PGCDC_")) {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd.env("RUST_LOG", "info")
+        .envs(env.iter().copied())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    tokio::time::timeout(TIMEOUT, cmd.output())
+        .await
+        .expect("pgcdc timed out")
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// On a first run neither the publication nor the slot exists: `validate`
+/// succeeds and says `pgcdc run` will create them (creating nothing itself);
+/// with creation turned off, or a slot that exists but is wrong, it fails.
+#[tokio::test]
+async fn validate_on_a_first_run_says_what_run_will_create() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE items (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let dir = Workdir::new("validate");
+    let config = write_config(&dir, db.connection_info(), None, &["items"], "cli_val", "");
+    let path = config.to_str().unwrap();
+
+    let out = run_pgcdc(&["validate", "--config", path], TIMEOUT)
+        .await
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("will create publication \"cli_val_pub\""),
+        "{stdout}"
+    );
+    assert!(stdout.contains("will create slot \"cli_val\""), "{stdout}");
+    // validate created nothing.
+    let publications: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_publication WHERE pubname = 'cli_val_pub'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(publications, 0);
+    let slots: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'cli_val'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0);
+
+    // Creation turned off: a missing publication is an error.
+    let config = write_config(
+        &dir,
+        db.connection_info(),
+        None,
+        &["items"],
+        "cli_val",
+        "create_publication = false",
+    );
+    let out = run_pgcdc(&["validate", "--config", config.to_str().unwrap()], TIMEOUT)
+        .await
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("publication \"cli_val_pub\" does not exist"),
+        "{stderr}"
+    );
+
+    // The publication is missing (and may be created), but the slot exists
+    // with the wrong plugin: still checked, and refused.
+    client
+        .batch_execute("SELECT pg_create_logical_replication_slot('cli_val', 'test_decoding')")
+        .await
+        .unwrap();
+    let config = write_config(&dir, db.connection_info(), None, &["items"], "cli_val", "");
+    let out = run_pgcdc(&["validate", "--config", config.to_str().unwrap()], TIMEOUT)
+        .await
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("uses plugin \"test_decoding\", not pgoutput"),
+        "{stderr}"
+    );
+    client
+        .batch_execute("SELECT pg_drop_replication_slot('cli_val')")
+        .await
+        .unwrap();
+
+    // The publication exists, the slot may not be created.
+    client
+        .batch_execute("CREATE PUBLICATION cli_val_pub FOR TABLE items")
+        .await
+        .unwrap();
+    let config = write_config(
+        &dir,
+        db.connection_info(),
+        None,
+        &["items"],
+        "cli_val",
+        "create_slot = false",
+    );
+    let out = run_pgcdc(&["validate", "--config", config.to_str().unwrap()], TIMEOUT)
+        .await
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("replication slot \"cli_val\" does not exist"),
+        "{stderr}"
+    );
+}
+
+/// A config with `interval_ms = -5`: exit status 2 and one error naming
+/// `file:line:column` and the key, also as a JSON log line.
+#[tokio::test]
+async fn a_config_error_names_file_line_column_and_key_once_and_exits_2() {
+    let dir = Workdir::new("badconfig");
+    let path = dir.0.join("pgcdc.toml");
+    std::fs::write(
+        &path,
+        "[source]\ndatabase = \"d\"\nuser = \"u\"\ntables = [\"t\"]\nslot = \"s\"\n\
+         publication = \"p\"\n\n[[sinks]]\ntype = \"null\"\n\n[checkpoint]\ninterval_ms = -5\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    for command in ["validate", "run"] {
+        let out = run_pgcdc(&[command, "--config", p], TIMEOUT).await.unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+        let expected = format!("{p}:12:15: checkpoint.interval_ms: invalid value: integer `-5`");
+        assert!(stderr.contains(&expected), "{command}: {stderr}");
+        assert_eq!(
+            stderr.matches("checkpoint.interval_ms").count(),
+            1,
+            "{command}: printed more than once:\n{stderr}"
+        );
+    }
+
+    let out = run_pgcdc(
+        &["validate", "--config", p, "--log-format", "json"],
+        TIMEOUT,
+    )
+    .await
+    .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let errors: Vec<Json> = stderr
+        .lines()
+        .map(|l| serde_json::from_str::<Json>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .filter(|l| l["level"] == "ERROR")
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    let message = errors[0]["fields"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(":12:15: checkpoint.interval_ms"),
+        "{message}"
+    );
+    assert_eq!(errors[0]["fields"]["exit_code"], 2);
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+    // Dropped here: connections to it are refused.
+}
+
+/// An unreachable server is exit status 3, for `validate` and `run`; a
+/// misspelt `PGCDC_*` variable is named with the setting it resembles.
+#[tokio::test]
+async fn unreachable_server_exits_3_and_unknown_variables_are_named() {
+    let dir = Workdir::new("unreachable");
+    let path = dir.0.join("pgcdc.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[source]\nhost = \"127.0.0.1\"\nport = {}\ndatabase = \"d\"\nuser = \"u\"\n\
+             tables = [\"t\"]\nslot = \"s\"\npublication = \"p\"\nsslmode = \"disable\"\n\n\
+             [[sinks]]\ntype = \"null\"\n",
+            closed_port()
+        ),
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    for command in ["validate", "run"] {
+        let out = run_pgcdc_with_env(
+            &[command, "--config", p],
+            &[
+                ("PGCDC_SOURCE_PASWORD", "not-printed"),
+                ("PGCDC_TEST_DATABASE_URL", "harness knob, not a setting"),
+            ],
+        )
+        .await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{command}: {stderr}");
+        assert!(stderr.contains("cannot connect"), "{command}: {stderr}");
+        assert!(
+            stderr.contains(
+                "unknown environment variable PGCDC_SOURCE_PASWORD; did you mean PGCDC_SOURCE_PASSWORD?"
+            ),
+            "{command}: {stderr}"
+        );
+        assert_eq!(
+            stderr.matches("PGCDC_SOURCE_PASWORD").count(),
+            1,
+            "{stderr}"
+        );
+        assert!(!stderr.contains("PGCDC_TEST_DATABASE_URL"), "{stderr}");
+        assert!(!stderr.contains("not-printed"), "{stderr}");
+    }
+}
+
+/// `checkpoints list|show` and `slot status` with `--json` print one JSON
+/// document each, with RFC 3339 times.
+#[tokio::test]
+async fn checkpoints_and_slot_status_print_json() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE j (id int PRIMARY KEY); INSERT INTO j VALUES (1), (2)")
+        .await
+        .unwrap();
+    let dir = Workdir::new("json");
+    let slot = "cli_json";
+    let config = write_config(
+        &dir,
+        db.connection_info(),
+        None,
+        &["j"],
+        slot,
+        "[checkpoint]\ninterval_ms = 100",
+    );
+    let mut pgcdc = Pgcdc::run(&config).unwrap_or_else(|e| panic!("{e}"));
+    // The initial snapshot's rows are checkpointed (every 100 ms).
+    await_cond(&mut pgcdc, "a checkpoint", || async {
+        client
+            .query_one("SELECT count(*) FROM pg_tables WHERE schemaname = 'pgcdc' AND tablename = 'checkpoints'", &[])
+            .await
+            .is_ok_and(|r| r.get::<_, i64>(0) == 1)
+            && client
+                .query_one("SELECT count(*) FROM pgcdc.checkpoints", &[])
+                .await
+                .is_ok_and(|r| r.get::<_, i64>(0) > 0)
+    })
+    .await;
+    stop_cleanly(&mut pgcdc).await;
+    let p = config.to_str().unwrap();
+
+    let json_of = |out: std::process::Output| -> Json {
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+    let list = json_of(
+        run_pgcdc(&["checkpoints", "list", "--json", "-c", p], TIMEOUT)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(list["job"], slot);
+    let checkpoints = list["checkpoints"].as_array().unwrap();
+    assert!(!checkpoints.is_empty(), "{list}");
+    let newest = checkpoints.last().unwrap();
+    let created = newest["created_at"].as_str().unwrap();
+    // YYYY-MM-DDTHH:MM:SS.ffffffZ
+    assert_eq!(created.len(), 27, "{created}");
+    assert!(
+        created.ends_with('Z') && created.as_bytes()[10] == b'T',
+        "{created}"
+    );
+    newest["lsn"].as_str().unwrap().parse::<Lsn>().unwrap();
+
+    let id = newest["id"].as_u64().unwrap().to_string();
+    let show = json_of(
+        run_pgcdc(&["checkpoints", "show", &id, "--json", "-c", p], TIMEOUT)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(show["id"], newest["id"]);
+    assert_eq!(show["slot"], slot);
+    assert_eq!(show["created_at"], newest["created_at"]);
+    assert_eq!(show["publications"][0], format!("{slot}_pub"));
+
+    let status = json_of(
+        run_pgcdc(&["slot", "status", "--json", "-c", p], TIMEOUT)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(status["slot"]["name"], slot);
+    assert_eq!(status["slot"]["active_pid"], Json::Null);
+    assert_eq!(status["job"]["name"], slot);
+    assert_eq!(status["job"]["newest"]["id"], newest["id"]);
+    assert_eq!(status["job"]["slot_past_newest_checkpoint"], false);
+
+    // The text output shows the same time, not Unix seconds.
+    let out = run_pgcdc(&["checkpoints", "list", "-c", p], TIMEOUT)
+        .await
+        .unwrap();
+    assert!(text(&out.stdout).contains(created), "{}", text(&out.stdout));
 }

@@ -75,9 +75,12 @@ pub use cdc_runtime::source::TableRef;
 mod build;
 mod checkpoint;
 mod env;
+mod location;
 mod snapshot;
 
 pub use checkpoint::{CheckpointConfig, ConfirmSetting, OperatorConfig};
+pub use env::{unknown_env_vars, UnknownEnvVar, ENV_VARS};
+pub use location::{line_column, Location};
 pub use snapshot::{ModeSetting, SnapshotConfig};
 
 /// A string that is never printed: `Debug` and `Display` show `***`.
@@ -123,22 +126,49 @@ pub enum ConfigFileError {
         source: std::io::Error,
     },
     /// The file is not valid TOML or does not match the schema.
-    #[error("{path}: {message}")]
+    #[error("{}{}{message}", where_(path, location.as_ref()), key_prefix(key.as_deref()))]
     Parse {
         /// The file.
         path: PathBuf,
-        /// The parser's message (it quotes the offending line, which never
-        /// holds a password since passwords are not echoed back by serde).
+        /// Where in the file, when the parser says.
+        location: Option<Location>,
+        /// The setting, e.g. `checkpoint.interval_ms` or `sinks[1].type`,
+        /// when the error is inside one.
+        key: Option<String>,
+        /// The parser's message (never a password: serde does not echo
+        /// string values back).
         message: String,
     },
     /// A setting has an invalid value.
-    #[error("invalid {key}: {reason}")]
+    #[error("{}invalid {key}: {reason}", location.as_ref().map(|l| format!("{l}: ")).unwrap_or_default())]
     Invalid {
         /// The setting, e.g. `source.port` or `PGCDC_SOURCE_PORT`.
         key: String,
         /// Why.
         reason: String,
+        /// Where the file sets it, when it does (see [`Config::load`]).
+        location: Option<Location>,
     },
+}
+
+fn where_(path: &Path, location: Option<&Location>) -> String {
+    match location {
+        Some(l) => format!("{l}: "),
+        None => format!("{}: ", path.display()),
+    }
+}
+
+fn key_prefix(key: Option<&str>) -> String {
+    key.map(|k| format!("{k}: ")).unwrap_or_default()
+}
+
+/// serde's type names in range errors, in words (`expected u64` says
+/// nothing to someone who wrote `-5`).
+fn plain_message(message: &str) -> String {
+    message
+        .replace("expected u64", "expected a non-negative integer")
+        .replace("expected usize", "expected a non-negative integer")
+        .replace("expected u16", "expected an integer from 0 to 65535")
 }
 
 /// An environment variable's boolean (`true/1/yes/on`, `false/0/no/off`).
@@ -154,6 +184,7 @@ fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigFileError
     ConfigFileError::Invalid {
         key: key.into(),
         reason: reason.into(),
+        location: None,
     }
 }
 
@@ -376,28 +407,48 @@ pub enum SinkConfig {
 
 impl Config {
     /// Reads `path` and applies the process environment.
+    ///
+    /// Errors name `file:line:column` and the key. Every `PGCDC_*`
+    /// environment variable that is not a setting is logged as a warning
+    /// with the nearest setting's name (see [`unknown_env_vars`]).
     pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
             path: path.to_owned(),
             source,
         })?;
-        let mut config = Config::parse(&text).map_err(|e| match e {
-            ConfigFileError::Parse { message, .. } => ConfigFileError::Parse {
-                path: path.to_owned(),
-                message,
-            },
-            other => other,
-        })?;
+        let mut config = Config::parse_file(path, &text)?;
+        let env_names: Vec<String> = std::env::vars_os()
+            .filter_map(|(name, _)| name.into_string().ok())
+            .collect();
+        let password_env = config.source.password_env.clone();
+        for unknown in unknown_env_vars(
+            env_names.iter().map(String::as_str),
+            password_env.as_deref(),
+        ) {
+            tracing::warn!("{unknown}");
+        }
         config.apply_env(|name| std::env::var(name).ok())?;
-        config.check()?;
+        config
+            .check()
+            .map_err(|e| locate_invalid(e, path, &text, |name| std::env::var_os(name).is_some()))?;
         Ok(config)
     }
 
     /// Parses TOML text (no environment, no checks).
     pub fn parse(text: &str) -> Result<Config, ConfigFileError> {
-        toml::from_str(text).map_err(|e| ConfigFileError::Parse {
-            path: PathBuf::from("<config>"),
-            message: e.message().to_owned(),
+        Config::parse_file(Path::new("<config>"), text)
+    }
+
+    /// Parses `text`, the contents of `path`: errors say where in it.
+    fn parse_file(path: &Path, text: &str) -> Result<Config, ConfigFileError> {
+        toml::from_str(text).map_err(|e| {
+            let at = e.span().map(|span| span.start);
+            ConfigFileError::Parse {
+                path: path.to_owned(),
+                location: at.map(|at| Location::at(path, text, at)),
+                key: at.and_then(|at| location::key_path_at(text, at)),
+                message: plain_message(e.message()),
+            }
         })
     }
 
@@ -558,6 +609,47 @@ impl SourceConfig {
             .iter()
             .map(|t| table_ref("source.tables", t))
             .collect()
+    }
+}
+
+/// Adds to a [`ConfigFileError::Invalid`] about a file key (`checkpoint.keep`)
+/// where `text`, the contents of `path`, sets it; or, when the environment
+/// variable for that key is set (`is_set`), names the variable instead,
+/// since its value is the one that was checked.
+fn locate_invalid(
+    e: ConfigFileError,
+    path: &Path,
+    text: &str,
+    is_set: impl Fn(&str) -> bool,
+) -> ConfigFileError {
+    let ConfigFileError::Invalid {
+        key,
+        reason,
+        location: None,
+    } = e
+    else {
+        return e;
+    };
+    if key.starts_with("PGCDC_") {
+        return ConfigFileError::Invalid {
+            key,
+            reason,
+            location: None,
+        };
+    }
+    let var = format!("PGCDC_{}", key.replace('.', "_").to_ascii_uppercase());
+    if ENV_VARS.contains(&var.as_str()) && is_set(&var) {
+        return ConfigFileError::Invalid {
+            key: format!("{key} (from {var})"),
+            reason,
+            location: None,
+        };
+    }
+    let location = location::key_offset(text, &key).map(|at| Location::at(path, text, at));
+    ConfigFileError::Invalid {
+        key,
+        reason,
+        location,
     }
 }
 

@@ -24,8 +24,11 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod exit;
+pub mod inspect;
 pub mod logging;
 pub mod quickstart;
+pub mod timefmt;
 
 use std::future::Future;
 
@@ -57,7 +60,7 @@ pub async fn run(
 /// A configuration error as the job reports it.
 fn config_error(e: config::ConfigFileError) -> JobError {
     match e {
-        config::ConfigFileError::Invalid { key, reason } => JobError::Invalid { key, reason },
+        config::ConfigFileError::Invalid { key, reason, .. } => JobError::Invalid { key, reason },
         other => JobError::Invalid {
             key: "configuration".into(),
             reason: other.to_string(),

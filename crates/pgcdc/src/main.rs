@@ -5,12 +5,15 @@ use std::process::ExitCode;
 
 use cdc_runtime::checkpoint::slot_state;
 use cdc_runtime::job::JobLock;
-use cdc_runtime::replication::ReplicationConnection;
-use cdc_runtime::setup::{prepare, SetupMode};
+use cdc_runtime::replication::{ReplicationConnection, ReplicationError};
+use cdc_runtime::setup::{prepare, SetupError, SetupMode};
+use cdc_runtime::source::SourceOptions;
 use checkpoint_api::{CheckpointId, CheckpointStore, JobName, OwnerId};
 use clap::{Parser, Subcommand};
-use pgcdc::config::Config;
-use pgcdc::logging::{init_logging, LogFormat};
+use pgcdc::config::{Config, ConfigFileError};
+use pgcdc::exit::{ExitKind, EXIT_STATUS_HELP};
+use pgcdc::inspect;
+use pgcdc::logging::{init_logging, LogFormat, EXIT_TARGET};
 
 /// mimalloc: the snapshot's readers allocate row values on one thread and the
 /// sinks free them on another, which glibc's malloc serves without a thread
@@ -45,11 +48,12 @@ Examples:
 
 Environment variables PGCDC_<SECTION>_<KEY> (e.g. PGCDC_SOURCE_HOST,
 PGCDC_SOURCE_PASSWORD, PGCDC_PIPELINE_BATCH_SIZE) override the config file.
-RUST_LOG sets the log filter (default: info,tokio_postgres=warn).";
+RUST_LOG sets the log filter (default: info,tokio_postgres=warn); the error
+that stops pgcdc is always logged, once.";
 
 /// Change data capture from PostgreSQL logical replication.
 #[derive(Debug, Parser)]
-#[command(name = "pgcdc", version, after_help = EXAMPLES)]
+#[command(name = "pgcdc", version, after_help = format!("{EXAMPLES}\n\n{EXIT_STATUS_HELP}"))]
 struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Human, global = true)]
@@ -121,11 +125,18 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum CheckpointsAction {
     /// One line per stored checkpoint, oldest first.
-    List,
+    List {
+        /// Print one JSON document instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// A checkpoint's metadata, position and operator states.
     Show {
         /// Checkpoint id.
         id: u64,
+        /// Print one JSON document instead.
+        #[arg(long)]
+        json: bool,
     },
     /// Deletes one checkpoint (the job must not be running).
     Delete {
@@ -143,152 +154,319 @@ enum CheckpointsAction {
 #[derive(Debug, Subcommand)]
 enum SlotAction {
     /// Slot position, lag in bytes, and the newest checkpoint.
-    Status,
+    Status {
+        /// Print one JSON document instead.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled: a job polls it only once it
+/// streams, and a SIGTERM during startup (setup, slot creation) would
+/// otherwise kill the process instead of stopping it cleanly.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let (term, interrupt) = {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let term = async {
+                match term {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+            };
+            let interrupt = async {
+                match interrupt {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
+                }
+            };
+            tokio::select! {
+                _ = term => {}
+                _ = interrupt => {}
             }
         }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutdown requested: flushing sinks");
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    tracing::info!("shutdown requested: flushing sinks");
 }
 
-async fn validate(config: &Config) -> Result<(), String> {
-    let rc = config
-        .source
-        .replication_config()
-        .map_err(|e| e.to_string())?;
+/// Why a command failed, and so how pgcdc exits.
+#[derive(Debug)]
+struct Failure {
+    kind: ExitKind,
+    message: String,
+}
+
+impl Failure {
+    fn new(kind: ExitKind, message: impl std::fmt::Display) -> Failure {
+        Failure {
+            kind,
+            message: message.to_string(),
+        }
+    }
+
+    /// Exit status 1.
+    fn other(message: impl std::fmt::Display) -> Failure {
+        Failure::new(ExitKind::Failure, message)
+    }
+
+    /// A replication connection that could not be opened.
+    fn connect(e: &ReplicationError) -> Failure {
+        Failure::new(
+            ExitKind::of_connect(e),
+            format_args!("cannot connect to the source: {e}"),
+        )
+    }
+
+    /// A checkpoint store error.
+    fn store(e: &checkpoint_api::CheckpointError) -> Failure {
+        Failure::new(ExitKind::of_store(e), format_args!("checkpoint store: {e}"))
+    }
+}
+
+impl From<ConfigFileError> for Failure {
+    fn from(e: ConfigFileError) -> Failure {
+        Failure::new(ExitKind::Config, e)
+    }
+}
+
+impl From<cdc_runtime::job::JobError> for Failure {
+    fn from(e: cdc_runtime::job::JobError) -> Failure {
+        Failure::new(ExitKind::of_job(&e), e)
+    }
+}
+
+/// A failed check of `pgcdc validate`.
+fn setup_failure(e: SetupError) -> Failure {
+    match e {
+        SetupError::Connection(e) => Failure::new(ExitKind::of_connect(&e), e),
+        other => Failure::other(other),
+    }
+}
+
+async fn validate(config: &Config) -> Result<(), Failure> {
+    let rc = config.source.replication_config()?;
+    let source = config.source.source_options()?;
     tracing::info!(connection = %rc, "connecting");
     let mut conn = ReplicationConnection::connect(&rc)
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let source = config.source.source_options().map_err(|e| e.to_string())?;
-    let report = prepare(&mut conn, &source, SetupMode::CheckOnly)
-        .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::connect(&e))?;
+    let result = check_server(&mut conn, &source).await;
     let _ = conn.close().await;
-    println!(
-        "ok: server {}, wal_level=logical, tables, publication {:?} and slot {:?} are ready",
-        report.server_version_num, config.source.publication, config.source.slot
-    );
+    let lines = result?;
+    for line in lines {
+        println!("{line}");
+    }
     Ok(())
 }
 
-async fn run(config: &Config, from_checkpoint: Option<u64>) -> Result<(), String> {
+/// `pgcdc validate`'s checks without creating anything: a publication or
+/// slot that `pgcdc run` would create (`source.create_publication` /
+/// `create_slot`) is reported as "will create", not as an error.
+async fn check_server(
+    conn: &mut ReplicationConnection,
+    source: &SourceOptions,
+) -> Result<Vec<String>, Failure> {
+    let publication = &source.publication;
+    let slot = &source.slot;
+    let (publication_line, slot_line) = match prepare(conn, source, SetupMode::CheckOnly).await {
+        Ok(_) => (
+            format!("publication {publication:?} exists and covers the tables"),
+            format!("slot {slot:?} exists (logical, pgoutput, this database)"),
+        ),
+        Err(SetupError::MissingPublication(_)) if source.create_publication => {
+            // prepare stops at the publication: check the slot here.
+            let slot_line = match check_slot(conn, source).await? {
+                true => format!("slot {slot:?} exists (logical, pgoutput, this database)"),
+                false => will_create_slot(source)?,
+            };
+            (
+                format!(
+                    "will create publication {publication:?} (source.create_publication = true)"
+                ),
+                slot_line,
+            )
+        }
+        Err(SetupError::MissingSlot(_)) if source.create_slot => (
+            format!("publication {publication:?} exists and covers the tables"),
+            will_create_slot(source)?,
+        ),
+        Err(e) => return Err(setup_failure(e)),
+    };
+    let version = conn
+        .server_version_num()
+        .await
+        .map_err(|e| Failure::new(ExitKind::of_connect(&e), e))?;
+    Ok(vec![
+        format!("server {version}, wal_level=logical, the tables exist"),
+        publication_line,
+        slot_line,
+        "ok: `pgcdc run` can start".to_owned(),
+    ])
+}
+
+/// "will create slot", or the error `prepare` gives when it may not.
+fn will_create_slot(source: &SourceOptions) -> Result<String, Failure> {
+    if source.create_slot {
+        Ok(format!(
+            "will create slot {:?} (source.create_slot = true)",
+            source.slot
+        ))
+    } else {
+        Err(setup_failure(SetupError::MissingSlot(source.slot.clone())))
+    }
+}
+
+/// Whether the slot exists, checking it is usable as `prepare` does (a
+/// logical pgoutput slot of this database); `prepare` cannot be asked for the
+/// slot alone while the publication is missing.
+async fn check_slot(
+    conn: &mut ReplicationConnection,
+    source: &SourceOptions,
+) -> Result<bool, Failure> {
+    let name = &source.slot;
+    let sql = format!(
+        "SELECT slot_type, plugin, database FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
+        cdc_core::sql::quote_literal(name)
+    );
+    let results = conn
+        .simple_query(&sql)
+        .await
+        .map_err(|e| setup_failure(SetupError::Connection(e)))?;
+    let Some(row) = results.last().and_then(|r| r.rows().first()) else {
+        return Ok(false);
+    };
+    let get = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
+    let bad = |problem: String| {
+        setup_failure(SetupError::BadSlot {
+            slot: name.clone(),
+            problem,
+        })
+    };
+    if get(0) != "logical" {
+        return Err(bad(format!("is a {} slot, not a logical one", get(0))));
+    }
+    if get(1) != "pgoutput" {
+        return Err(bad(format!("uses plugin {:?}, not pgoutput", get(1))));
+    }
+    let database = source.replication.get_dbname();
+    if get(2) != database {
+        return Err(bad(format!(
+            "belongs to database {:?}, not {database:?}",
+            get(2)
+        )));
+    }
+    Ok(true)
+}
+
+async fn run(config: &Config, from_checkpoint: Option<u64>) -> Result<(), Failure> {
     let from_checkpoint = from_checkpoint
-        .map(|id| CheckpointId::new(id).ok_or("--from-checkpoint: ids start at 1"))
+        .map(|id| {
+            CheckpointId::new(id)
+                .ok_or_else(|| Failure::new(ExitKind::Config, "--from-checkpoint: ids start at 1"))
+        })
         .transpose()?;
     pgcdc::run(
         config,
         &pgcdc::RunOptions { from_checkpoint },
         shutdown_signal(),
     )
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     Ok(())
 }
 
 /// The job name: `--job`, or the configured one.
-fn job_name(config: &Config, job: Option<String>) -> Result<JobName, String> {
-    let cc = config
-        .checkpoint
-        .as_ref()
-        .ok_or("the configuration has no [checkpoint] section")?;
+fn job_name(config: &Config, job: Option<String>) -> Result<JobName, Failure> {
+    let cc = config.checkpoint.as_ref().ok_or_else(|| {
+        Failure::new(
+            ExitKind::Config,
+            "the configuration has no [checkpoint] section",
+        )
+    })?;
     match job {
-        Some(name) => JobName::new(name).map_err(|e| format!("--job: {e}")),
-        None => config.job_name(cc).map_err(|e| e.to_string()),
+        Some(name) => {
+            JobName::new(name).map_err(|e| Failure::new(ExitKind::Config, format!("--job: {e}")))
+        }
+        None => Ok(config.job_name(cc)?),
     }
 }
 
-fn lsn_or_dash(lsn: cdc_core::Lsn) -> String {
-    if lsn.is_invalid() {
-        "-".to_owned()
-    } else {
-        lsn.to_string()
-    }
+/// The configured checkpoint store.
+async fn open_store(config: &Config) -> Result<checkpoint_pg::PgCheckpointStore, Failure> {
+    let cc = config.checkpoint.as_ref().ok_or_else(|| {
+        Failure::new(
+            ExitKind::Config,
+            "the configuration has no [checkpoint] section",
+        )
+    })?;
+    config
+        .store_options(cc)?
+        .open()
+        .await
+        .map_err(|e| Failure::store(&e))
 }
 
-fn time(ts: checkpoint_api::Timestamp) -> String {
-    let micros = ts.as_unix_micros();
-    format!(
-        "{}.{:06}",
-        micros.div_euclid(1_000_000),
-        micros.rem_euclid(1_000_000)
-    )
+/// Prints `value` as one JSON document.
+fn print_json(value: &serde_json::Value) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(value).map_err(Failure::other)?;
+    println!("{text}");
+    Ok(())
+}
+
+fn checkpoint_id(id: u64) -> Result<CheckpointId, Failure> {
+    CheckpointId::new(id).ok_or_else(|| Failure::new(ExitKind::Config, "checkpoint ids start at 1"))
 }
 
 async fn checkpoints(
     config: &Config,
     job: Option<String>,
     action: CheckpointsAction,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let job = job_name(config, job)?;
-    let store = config.open_store().await?;
+    let store = open_store(config).await?;
     match action {
-        CheckpointsAction::List => {
-            let list = store.list(&job).await.map_err(|e| e.to_string())?;
-            println!(
-                "{:>8}  {:>18}  {:>18}  {:>12}  storage",
-                "id", "lsn", "created (unix s)", "bytes"
-            );
-            for m in &list {
-                println!(
-                    "{:>8}  {:>18}  {:>18}  {:>12}  {:?}",
-                    m.id.get(),
-                    m.commit_end_lsn.to_string(),
-                    time(m.created_at),
-                    m.stored_bytes,
-                    m.storage
-                );
+        CheckpointsAction::List { json } => {
+            let list = store.list(&job).await.map_err(|e| Failure::store(&e))?;
+            if json {
+                print_json(&inspect::list_json(&job, &list))?;
+            } else {
+                print!("{}", inspect::list_text(&job, &list));
             }
-            println!("{} checkpoint(s) of job {job}", list.len());
         }
-        CheckpointsAction::Show { id } => {
-            let id = CheckpointId::new(id).ok_or("checkpoint ids start at 1")?;
-            let stored = store.load(&job, id).await.map_err(|e| e.to_string())?;
-            let c = &stored.checkpoint;
-            println!("job:          {}", c.job);
-            println!("id:           {}", c.id);
-            println!("created:      {} (unix s)", time(c.created_at));
-            println!("position:     {}", c.source.commit_end_lsn);
-            println!("slot:         {}", c.source.slot);
-            println!("publications: {}", c.source.publications.join(", "));
-            println!("protocol:     v{}", c.source.protocol.proto_version);
-            println!(
-                "stored:       {} bytes ({:?})",
-                stored.meta.stored_bytes, stored.meta.storage
-            );
-            println!("operators:    {}", c.operators.len());
-            for op in &c.operators {
-                println!(
-                    "  {} ({} v{}): {} bytes of state",
-                    op.id,
-                    op.kind,
-                    op.state_version,
-                    op.state.len()
-                );
+        CheckpointsAction::Show { id, json } => {
+            let id = checkpoint_id(id)?;
+            let stored = store.load(&job, id).await.map_err(|e| Failure::store(&e))?;
+            if json {
+                print_json(&inspect::show_json(&stored))?;
+            } else {
+                print!("{}", inspect::show_text(&stored));
             }
         }
         CheckpointsAction::Delete { id } => {
-            let id = CheckpointId::new(id).ok_or("checkpoint ids start at 1")?;
+            let id = checkpoint_id(id)?;
             let (_lock, lease) = admin_lease(&store, &job).await?;
-            store.delete(&lease, id).await.map_err(|e| e.to_string())?;
+            store
+                .delete(&lease, id)
+                .await
+                .map_err(|e| Failure::store(&e))?;
             println!("deleted checkpoint {id} of job {job}");
         }
         CheckpointsAction::Prune { keep } => {
@@ -296,8 +474,8 @@ async fn checkpoints(
             let n = store
                 .retain(&lease, keep)
                 .await
-                .map_err(|e| e.to_string())?;
-            let orphans = store.vacuum().await.map_err(|e| e.to_string())?;
+                .map_err(|e| Failure::store(&e))?;
+            let orphans = store.vacuum().await.map_err(|e| Failure::store(&e))?;
             println!("deleted {n} checkpoint(s) of job {job}, kept {keep}; removed {orphans} orphaned large object(s)");
         }
     }
@@ -309,113 +487,59 @@ async fn checkpoints(
 async fn admin_lease(
     store: &checkpoint_pg::PgCheckpointStore,
     job: &JobName,
-) -> Result<(JobLock, checkpoint_api::Lease), String> {
+) -> Result<(JobLock, checkpoint_api::Lease), Failure> {
     let lock = JobLock::acquire(store.pool(), job.as_str())
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::from(cdc_runtime::job::JobError::Lock(e)))?;
     let owner =
-        OwnerId::new(format!("pgcdc-admin:{}", std::process::id())).map_err(|e| e.to_string())?;
+        OwnerId::new(format!("pgcdc-admin:{}", std::process::id())).map_err(Failure::other)?;
     let lease = store
         .acquire_lease(job, &owner)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::store(&e))?;
     Ok((lock, lease))
 }
 
-async fn slot_status(config: &Config) -> Result<(), String> {
-    let rc = config
-        .source
-        .replication_config()
-        .map_err(|e| e.to_string())?;
+async fn slot_status(config: &Config, json: bool) -> Result<(), Failure> {
+    let rc = config.source.replication_config()?;
     let mut conn = ReplicationConnection::connect(&rc)
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let slot = slot_state(&mut conn, &config.source.slot)
-        .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::connect(&e))?;
+    let slot = slot_state(&mut conn, &config.source.slot).await;
     let _ = conn.close().await;
+    let slot = slot.map_err(|e| Failure::new(ExitKind::of_connect(&e), e))?;
     let Some(slot) = slot else {
-        return Err(format!(
+        return Err(Failure::other(format!(
             "replication slot {:?} does not exist; `pgcdc run` creates it",
             config.source.slot
-        ));
+        )));
     };
-    println!("slot:             {}", slot.name);
-    println!("confirmed_flush:  {}", lsn_or_dash(slot.confirmed_flush));
-    println!("restart_lsn:      {}", lsn_or_dash(slot.restart_lsn));
-    println!("server WAL:       {}", lsn_or_dash(slot.current_wal));
-    println!("lag:              {} bytes", slot.lag_bytes());
-    match slot.active_pid {
-        Some(pid) => println!("active:           yes (walsender pid {pid})"),
-        None => println!("active:           no"),
-    }
-    if config.checkpoint.is_some() {
-        let job = job_name(config, None)?;
-        let store = config.open_store().await?;
-        let list = store.list(&job).await.map_err(|e| e.to_string())?;
-        match (list.first(), list.last()) {
-            (Some(oldest), Some(newest)) => {
-                println!("job:              {job} ({} checkpoint(s))", list.len());
-                println!(
-                    "newest:           {} at {}",
-                    newest.id, newest.commit_end_lsn
-                );
-                println!(
-                    "oldest retained:  {} at {}",
-                    oldest.id, oldest.commit_end_lsn
-                );
-                if slot.confirmed_flush > newest.commit_end_lsn {
-                    println!("WARNING: the slot is confirmed past the newest checkpoint; `pgcdc run` will refuse to resume unless checkpoint.trust_slot = true");
-                } else {
-                    println!(
-                        "checkpoint ahead of slot by {} bytes (confirmed only up to what retained checkpoints cover)",
-                        newest
-                            .commit_end_lsn
-                            .as_u64()
-                            .saturating_sub(slot.confirmed_flush.as_u64())
-                    );
-                }
-            }
-            _ => println!("job:              {job} (no checkpoints yet)"),
+    let job = match &config.checkpoint {
+        Some(_) => {
+            let job = job_name(config, None)?;
+            let store = open_store(config).await?;
+            let list = store.list(&job).await.map_err(|e| Failure::store(&e))?;
+            let latest = store.latest(&job).await.map_err(|e| Failure::store(&e))?;
+            Some(inspect::JobCheckpoints {
+                job,
+                list,
+                snapshot: latest.checkpoint.and_then(|c| c.checkpoint.snapshot),
+            })
         }
-        let latest = store.latest(&job).await.map_err(|e| e.to_string())?;
-        if let Some(stored) = latest.checkpoint {
-            print_snapshot(stored.checkpoint.snapshot.as_ref());
-        }
+        None => None,
+    };
+    if json {
+        print_json(&inspect::slot_json(&slot, job.as_ref()))?;
+    } else {
+        print!("{}", inspect::slot_text(&slot, job.as_ref()));
     }
     Ok(())
 }
 
-/// The initial snapshot's progress as the newest checkpoint records it.
-fn print_snapshot(progress: Option<&checkpoint_api::SnapshotProgress>) {
-    let Some(p) = progress else {
-        println!("snapshot:         none recorded");
-        return;
-    };
-    let rows: u64 = p.tables_done.iter().map(|t| t.rows).sum();
-    if p.complete {
-        println!(
-            "snapshot:         complete ({} table(s), {rows} rows)",
-            p.tables_done.len()
-        );
-        return;
-    }
-    println!(
-        "snapshot:         running; {} table(s) done ({rows} rows)",
-        p.tables_done.len()
-    );
-    if let Some(c) = &p.in_progress {
-        println!(
-            "snapshot table:   {}.{}: {} chunks, {} rows done",
-            c.table.schema, c.table.name, c.chunks_done, c.rows_done
-        );
-    }
-}
-
 /// `pgcdc quickstart`: progress lines, then the report; fails if a check fails.
-async fn quickstart(dir: Option<PathBuf>, keep: bool, kills: usize) -> Result<(), String> {
-    let pgcdc =
-        std::env::current_exe().map_err(|e| format!("cannot find the pgcdc binary: {e}"))?;
+async fn quickstart(dir: Option<PathBuf>, keep: bool, kills: usize) -> Result<(), Failure> {
+    let pgcdc = std::env::current_exe()
+        .map_err(|e| Failure::other(format!("cannot find the pgcdc binary: {e}")))?;
     let options = pgcdc::quickstart::QuickstartOptions {
         dir,
         keep,
@@ -424,15 +548,25 @@ async fn quickstart(dir: Option<PathBuf>, keep: bool, kills: usize) -> Result<()
     };
     let report = pgcdc::quickstart::run(&options, &mut |line| println!("{line}"))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(Failure::other)?;
     println!();
     print!("{report}");
     if report.passed() {
         Ok(())
     } else {
         let failed: Vec<&str> = report.failures().map(|c| c.name).collect();
-        Err(format!("quickstart checks failed: {}", failed.join(", ")))
+        Err(Failure::other(format!(
+            "quickstart checks failed: {}",
+            failed.join(", ")
+        )))
     }
+}
+
+/// Logs why pgcdc stops (once: on stderr, as a JSON line with
+/// `--log-format json`) and returns its exit status.
+fn fail(failure: &Failure) -> ExitCode {
+    tracing::error!(target: EXIT_TARGET, exit_code = failure.kind.code(), "{}", failure.message);
+    ExitCode::from(failure.kind.code())
 }
 
 fn main() -> ExitCode {
@@ -446,11 +580,7 @@ fn main() -> ExitCode {
         | Command::Checkpoints { config, .. }
         | Command::Slot { config, .. } => match Config::load(config) {
             Ok(c) => Some(c),
-            Err(e) => {
-                tracing::error!("{e}");
-                eprintln!("pgcdc: {e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return fail(&Failure::from(e)),
         },
         Command::Quickstart { .. } => None,
     };
@@ -464,10 +594,7 @@ fn main() -> ExitCode {
     }
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("pgcdc: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(&Failure::other(format!("cannot start the runtime: {e}"))),
     };
     let result = runtime.block_on(async {
         match (cli.command, config) {
@@ -484,22 +611,20 @@ fn main() -> ExitCode {
             }
             (
                 Command::Slot {
-                    action: SlotAction::Status,
+                    action: SlotAction::Status { json },
                     ..
                 },
                 Some(config),
-            ) => slot_status(&config).await,
+            ) => slot_status(&config, json).await,
             // Every command but the quickstart has its configuration loaded
             // above; a command missing from that list must not pass silently.
-            (_, None) => Err("internal error: this command's configuration was not loaded".into()),
+            (_, None) => Err(Failure::other(
+                "internal error: this command's configuration was not loaded",
+            )),
         }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("pgcdc: {e}");
-            ExitCode::FAILURE
-        }
+        Err(failure) => fail(&failure),
     }
 }

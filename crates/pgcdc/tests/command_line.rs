@@ -21,6 +21,14 @@ fn help_lists_every_command() {
     for command in ["run", "validate", "checkpoints", "quickstart", "slot"] {
         assert!(text.contains(command), "{command} missing from:\n{text}");
     }
+    assert!(text.contains("Exit status:"), "{text}");
+    for line in [
+        "2  configuration",
+        "3  cannot connect",
+        "4  refused to start",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
 }
 
 #[test]
@@ -29,4 +37,7 @@ fn a_missing_configuration_file_is_named_in_the_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/pgcdc.toml"), "{err}");
+    // A configuration error, printed once.
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches("/nonexistent/pgcdc.toml").count(), 1, "{err}");
 }

@@ -116,3 +116,49 @@ fn rejects_bad_settings_clearly() {
     assert!(table_ref("source.tables", "a.b.c").is_err());
     assert!(table_ref("source.tables", ".b").is_err());
 }
+
+#[test]
+fn parse_errors_name_line_column_and_key() {
+    let text = MINIMAL.to_owned() + "\n[checkpoint]\ninterval_ms = -5\n";
+    let err = Config::parse_file(Path::new("pgcdc.toml"), &text).unwrap_err();
+    let line = text.lines().position(|l| l == "interval_ms = -5").unwrap() + 1;
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "pgcdc.toml:{line}:15: checkpoint.interval_ms: invalid value: integer `-5`, \
+             expected a non-negative integer"
+        )
+    );
+
+    let text = MINIMAL.replace("slot = \"s\"", "slot = \"s\"\n    port = 70000");
+    let err = Config::parse_file(Path::new("p.toml"), &text).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("p.toml:8:12: source.port: "), "{msg}");
+    assert!(msg.contains("from 0 to 65535"), "{msg}");
+
+    let text = MINIMAL.replace("slot = \"s\"", "slot = \"s\"\n    slto = 1");
+    let err = Config::parse_file(Path::new("p.toml"), &text).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("p.toml:8:5: source.slto: "), "{msg}");
+}
+
+#[test]
+fn check_errors_name_where_the_file_or_the_environment_sets_the_key() {
+    let text = MINIMAL.to_owned() + "\n[checkpoint]\nkeep = 0\n";
+    let c = Config::parse(&text).unwrap();
+    let err = locate_invalid(c.check().unwrap_err(), Path::new("f.toml"), &text, |_| {
+        false
+    });
+    let line = text.lines().position(|l| l == "keep = 0").unwrap() + 1;
+    assert_eq!(
+        err.to_string(),
+        format!("f.toml:{line}:1: invalid checkpoint.keep: must keep at least 1 checkpoint")
+    );
+    let err = locate_invalid(c.check().unwrap_err(), Path::new("f.toml"), &text, |v| {
+        v == "PGCDC_CHECKPOINT_KEEP"
+    });
+    assert_eq!(
+        err.to_string(),
+        "invalid checkpoint.keep (from PGCDC_CHECKPOINT_KEEP): must keep at least 1 checkpoint"
+    );
+}
