@@ -184,6 +184,29 @@ impl Sink for FileSink {
         }
         Ok(())
     }
+
+    /// Discards the lines not written yet and opens the newest file again
+    /// (cutting a line torn by the failed write), as a fresh
+    /// [`FileSink::open`] would. Lines that reached the file since the last
+    /// flush stay, so the replay may duplicate them: identified by
+    /// `(commit_lsn, index)`, as after a crash. Lines flushed before stay
+    /// durable: the replay rewrites everything after them, so a failed
+    /// fsync loses nothing either.
+    async fn reset(&mut self) -> Result<(), SinkError> {
+        self.buf.clear();
+        self.file = None;
+        let base = self.base.clone();
+        let (seq, path, file, size) = tokio::task::spawn_blocking(move || open_latest(&base))
+            .await
+            .map_err(|e| {
+                SinkError::io("reopening", Some(self.base.clone()), io::Error::other(e))
+            })??;
+        self.seq = seq;
+        self.path = path;
+        self.file = Some(file);
+        self.size = size;
+        Ok(())
+    }
 }
 
 /// Collected lines are written once they reach this many bytes.
