@@ -484,6 +484,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn reset_discards_unflushed_lines_and_cuts_a_torn_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("e");
+        let mut sink = open(&base, 0).await;
+        let evs = events(6, 1);
+        sink.write(&evs[..3]).await.unwrap();
+        sink.flush().await.unwrap();
+        // Collected but not written: a reset drops them.
+        sink.write(&evs[3..]).await.unwrap();
+        // A write that failed half-way left a torn line in the file.
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .open(sink.current_path())
+            .unwrap();
+        file.write_all(b"{\"index\":3,\"tor").unwrap();
+        sink.reset().await.unwrap();
+        // The replay of what was written since the flush.
+        sink.write(&evs[3..]).await.unwrap();
+        sink.close().await.unwrap();
+        assert_eq!(indexes(&read_lines(&base)), [0, 1, 2, 3, 4, 5]);
+    }
+
+    #[tokio::test]
     async fn lines_are_written_in_chunks_and_all_by_flush() {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().join("e");
