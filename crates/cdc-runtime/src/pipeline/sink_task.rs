@@ -460,7 +460,12 @@ pub(crate) async fn run_committing_sink_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::{CheckpointOptions, Coordinator};
     use crate::event::{Operation, SourceInfo};
+    use checkpoint_api::testkit::MemoryStore;
+    use checkpoint_api::{
+        Checkpoint, CheckpointError, CheckpointMeta, CheckpointStore, JobName, Lease, OwnerId,
+    };
     use std::sync::Mutex;
 
     /// What the fake sink did: `durable` holds the ids (event indexes) of
@@ -483,9 +488,17 @@ mod tests {
         always_fail: bool,
         /// Whether `reset` works (or is the trait's default).
         can_reset: bool,
+        /// Checkpoint commits tried.
+        commits: u32,
+        /// Commit calls that fail transiently (rolling back).
+        fail_commits: Vec<u32>,
+        /// Every commit fails permanently.
+        permanent_commit: bool,
     }
 
-    struct Fake(Arc<Mutex<State>>);
+    /// A fake sink; with a store, it commits checkpoints (into the store)
+    /// and makes its writes durable only with them.
+    struct Fake(Arc<Mutex<State>>, Option<Arc<MemoryStore>>);
 
     fn broken() -> SinkError {
         SinkError::io(
@@ -528,8 +541,48 @@ mod tests {
         async fn close(&mut self) -> Result<(), SinkError> {
             let mut s = self.0.lock().unwrap();
             let pending = std::mem::take(&mut s.pending);
-            s.durable.extend(pending);
+            if self.1.is_none() {
+                s.durable.extend(pending);
+            }
             Ok(())
+        }
+        fn commits_checkpoints(&self) -> bool {
+            self.1.is_some()
+        }
+        async fn commit_checkpoint(
+            &mut self,
+            checkpoint: &Checkpoint,
+            lease: &Lease,
+            _keep: usize,
+        ) -> Result<CheckpointMeta, CheckpointError> {
+            let failure = {
+                let mut s = self.0.lock().unwrap();
+                s.commits += 1;
+                let transient = s.fail_commits.contains(&s.commits);
+                if transient || s.permanent_commit {
+                    s.pending.clear();
+                }
+                match (transient, s.permanent_commit) {
+                    (true, _) => Some(CheckpointError::Unavailable {
+                        message: "connection lost".into(),
+                        source: None,
+                    }),
+                    (false, true) => Some(CheckpointError::Backend {
+                        message: "bad".into(),
+                        source: None,
+                    }),
+                    (false, false) => None,
+                }
+            };
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            let store = self.1.clone().unwrap();
+            let meta = store.save(lease, checkpoint).await?;
+            let mut s = self.0.lock().unwrap();
+            let pending = std::mem::take(&mut s.pending);
+            s.durable.extend(pending);
+            Ok(meta)
         }
         async fn reset(&mut self) -> Result<(), SinkError> {
             let mut s = self.0.lock().unwrap();
@@ -591,7 +644,7 @@ mod tests {
         let (tx, rx) = mpsc::channel(4);
         let (ack_tx, mut ack_rx) = watch::channel(Lsn::INVALID);
         let task = tokio::spawn(run_sink_with(
-            Box::new(Fake(Arc::clone(state))),
+            Box::new(Fake(Arc::clone(state), None)),
             rx,
             ack_tx,
             Arc::new(Notify::new()),
@@ -716,5 +769,98 @@ mod tests {
         let s = s.lock().unwrap();
         assert_eq!(s.resets, 1);
         assert_eq!(s.durable, (0..30).collect::<Vec<_>>());
+    }
+
+    /// A coordinator committing in the sink, with one checkpoint captured
+    /// at 100 that needs the sink to acknowledge 90.
+    async fn committing_checkpoint() -> (Coordinator, Arc<MemoryStore>, JobName, Arc<InSinkSave>) {
+        let store = Arc::new(MemoryStore::new());
+        let job = JobName::new("job").unwrap();
+        let lease = store
+            .acquire_lease(&job, &OwnerId::new("test").unwrap())
+            .await
+            .unwrap();
+        let mut opts = CheckpointOptions::new(store.clone(), lease);
+        opts.interval = Duration::ZERO;
+        let mut c = Coordinator::new(opts, "slot", &["pub".to_owned()]);
+        c.commit_in_sink();
+        c.tick();
+        let save = c
+            .capture(Lsn::from_u64(100), Lsn::from_u64(90), &[])
+            .unwrap()
+            .expect("a checkpoint for the sink");
+        (c, store, job, save)
+    }
+
+    /// Runs the committing sink task over events 0..5, then 5..12 with the
+    /// checkpoint after event 10.
+    async fn run_committing(
+        state: &Arc<Mutex<State>>,
+        store: &Arc<MemoryStore>,
+        save: Arc<InSinkSave>,
+    ) -> (Result<(), SinkError>, Lsn) {
+        let (tx, rx) = mpsc::channel(4);
+        let (ack_tx, ack_rx) = watch::channel(Lsn::INVALID);
+        let task = tokio::spawn(run_committing_sink_with(
+            Box::new(Fake(Arc::clone(state), Some(store.clone()))),
+            rx,
+            ack_tx,
+            Arc::new(Notify::new()),
+            0,
+            fast(3, 1000),
+        ));
+        tx.send(batch(0..5, None)).await.unwrap();
+        tx.send(Arc::new(Batch {
+            events: (5..12).map(ev).collect(),
+            commit_end: Some(Lsn::from_u64(100)),
+            checkpoint: Some((5, save)),
+        }))
+        .await
+        .unwrap();
+        drop(tx);
+        let result = task.await.unwrap();
+        let acked = *ack_rx.borrow();
+        (result, acked)
+    }
+
+    #[tokio::test]
+    async fn a_failed_checkpoint_commit_is_replayed_and_retried_and_answered_once() {
+        let (mut c, store, job, save) = committing_checkpoint().await;
+        // The write before the checkpoint fails, then two commits do.
+        let s = state(|s| {
+            s.fail_writes = vec![2];
+            s.fail_commits = vec![1, 2];
+        });
+        let (result, acked) = run_committing(&s, &store, save).await;
+        result.unwrap();
+        c.poll_acks(Lsn::from_u64(100));
+        c.saved().await.unwrap();
+        assert_eq!(c.stats().saved, 1);
+        assert_eq!(c.stats().failed, 0);
+        assert_eq!(store.list(&job).await.unwrap().len(), 1);
+        assert_eq!(acked, Lsn::from_u64(90));
+        let s = s.lock().unwrap();
+        // Exactly the events the checkpoint covers, once; those after it
+        // were rolled back at close.
+        assert_eq!(s.durable, (0..10).collect::<Vec<_>>());
+        assert_eq!((s.resets, s.commits), (3, 3));
+    }
+
+    #[tokio::test]
+    async fn a_permanent_commit_failure_stops_the_task_and_answers_the_coordinator() {
+        let (mut c, store, job, save) = committing_checkpoint().await;
+        let s = state(|s| s.permanent_commit = true);
+        let (result, acked) = run_committing(&s, &store, save).await;
+        assert!(
+            matches!(result, Err(SinkError::Checkpoint(_))),
+            "{result:?}"
+        );
+        let _ = c.saved().await;
+        assert_eq!(c.stats().saved, 0);
+        assert!(store.list(&job).await.unwrap().is_empty());
+        assert_eq!(acked, Lsn::INVALID);
+        let s = s.lock().unwrap();
+        assert_eq!((s.resets, s.commits), (0, 1));
+        assert!(s.durable.is_empty());
     }
 }
