@@ -118,6 +118,9 @@ pub struct PgTableSink {
     /// How to connect again on [`Sink::reset`] (`None`: made with
     /// [`PgTableSink::new`] from a client, so it cannot reset).
     config: Option<ReplicationConfig>,
+    /// The checkpoint whose `COMMIT` failed with a lost connection: the
+    /// server may have committed it anyway, so a retry looks first.
+    commit_unknown: Option<checkpoint_api::CheckpointId>,
 }
 
 const PROGRESS_DDL: &str = "CREATE SCHEMA IF NOT EXISTS pgcdc; \
@@ -150,6 +153,7 @@ impl PgTableSink {
             checkpoints: None,
             open: false,
             config: None,
+            commit_unknown: None,
         }
     }
 
@@ -613,6 +617,22 @@ impl PgTableSink {
                 source: None,
             });
         };
+        if self.commit_unknown.take() == Some(checkpoint.id) {
+            // The last attempt's COMMIT lost its connection, maybe after the
+            // server committed. If it did, the replay before this retry was
+            // skipped by the progress row it committed: nothing is left to
+            // write, and saving the checkpoint again would be refused.
+            use checkpoint_api::CheckpointStore as _;
+            if let Some(meta) = store
+                .list(&checkpoint.job)
+                .await?
+                .into_iter()
+                .find(|m| m.describes(checkpoint))
+            {
+                tracing::info!(checkpoint = %checkpoint.id, "the checkpoint's interrupted COMMIT had succeeded");
+                return Ok(meta);
+            }
+        }
         if !self.open {
             client
                 .batch_execute("BEGIN")
@@ -622,10 +642,12 @@ impl PgTableSink {
         }
         let meta = store.save_in(client, lease, checkpoint, keep).await?;
         self.open = false;
-        client
-            .batch_execute("COMMIT")
-            .await
-            .map_err(|e| txn_error("commit", e))?;
+        if let Err(e) = client.batch_execute("COMMIT").await {
+            if crate::pg_error::fault(&e).is_transient() {
+                self.commit_unknown = Some(checkpoint.id);
+            }
+            return Err(txn_error("commit", e));
+        }
         Ok(meta)
     }
 
