@@ -132,12 +132,13 @@ async fn round(client: &Client, round: i64) -> Result<(), tokio_postgres::Error>
 }
 
 /// The pid of the sink's backend, if it is connected, other than the
-/// `killed` ones.
-async fn sink_backend(client: &Client, killed: &BTreeSet<i32>) -> Option<i32> {
+/// `killed` ones; with `committing`, only while it runs a `COMMIT`.
+async fn sink_backend(client: &Client, killed: &BTreeSet<i32>, committing: bool) -> Option<i32> {
     client
         .query(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
-            &[&SINK_APP],
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 \
+             AND (NOT $2 OR (state = 'active' AND query = 'COMMIT'))",
+            &[&SINK_APP, &committing],
         )
         .await
         .unwrap()
@@ -166,13 +167,42 @@ async fn sink_progress(client: &Client, name: &str) -> Lsn {
 
 #[tokio::test]
 async fn terminating_the_sinks_backend_is_retried_without_a_reconnect_or_a_difference() {
+    kill_the_sink_while_streaming("faults", false).await;
+}
+
+#[tokio::test]
+async fn terminating_the_sinks_backend_during_a_checkpoint_commit_is_retried_too() {
+    kill_the_sink_while_streaming("commit_faults", true).await;
+}
+
+/// Runs the job under a streaming workload and terminates the sink's
+/// backend [`KILLS`] times, each time once it reconnected and committed a
+/// checkpoint since the last kill; with `during_commit`, while it runs the
+/// `COMMIT` of a checkpoint (made slow by a deferred trigger on the
+/// checkpoints table), so the commit itself fails and is retried.
+async fn kill_the_sink_while_streaming(name: &str, during_commit: bool) {
     init_logging();
     let started = Instant::now();
-    let name = "faults";
     let db = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
     setup(&client).await;
     let config = config(&db, name);
+    let store = PgCheckpointStore::connect(db.connection_info().config(), PgStoreConfig::default())
+        .await
+        .unwrap();
+    if during_commit {
+        // Every checkpoint's COMMIT takes 200 ms: time to find and kill it.
+        client
+            .batch_execute(&format!(
+                "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$;
+                 CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON {} \
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();",
+                store.checkpoints_table()
+            ))
+            .await
+            .unwrap();
+    }
     let (stop, stopped) = oneshot::channel::<()>();
     let job_config = config.clone();
     let task = tokio::spawn(async move {
@@ -213,7 +243,7 @@ async fn terminating_the_sinks_backend_is_retried_without_a_reconnect_or_a_diffe
             "the sink's backend, reconnected and committing",
             TIMEOUT,
             || async {
-                let pid = sink_backend(&client, &killed).await?;
+                let pid = sink_backend(&client, &killed, during_commit).await?;
                 (sink_progress(&client, name).await > before).then_some(pid)
             },
         )
@@ -230,7 +260,7 @@ async fn terminating_the_sinks_backend_is_retried_without_a_reconnect_or_a_diffe
     // The sink comes back after the last kill, then the workload ends.
     let before = sink_progress(&client, name).await;
     integration_tests::eventually("the sink after the last kill", TIMEOUT, || async {
-        sink_backend(&client, &killed).await?;
+        sink_backend(&client, &killed, false).await?;
         (sink_progress(&client, name).await > before).then_some(())
     })
     .await;
@@ -238,9 +268,6 @@ async fn terminating_the_sinks_backend_is_retried_without_a_reconnect_or_a_diffe
     let rounds = writer.await.unwrap();
 
     // Every change is covered by a checkpoint committed with the writes.
-    let store = PgCheckpointStore::connect(db.connection_info().config(), PgStoreConfig::default())
-        .await
-        .unwrap();
     let written = lsn(&client, "SELECT pg_current_wal_lsn()::text").await;
     let job_name = JobName::new(name).unwrap();
     integration_tests::eventually("a checkpoint covering the workload", TIMEOUT, || async {
@@ -299,7 +326,7 @@ async fn terminating_the_sinks_backend_is_retried_without_a_reconnect_or_a_diffe
         "rows committed without a checkpoint: {strays:?}"
     );
     eprintln!(
-        "sink_faults: {KILLS} kills of the sink's backend, {rounds} rounds ({} rows, {} events, {} checkpoints) in {:?}",
+        "sink_faults ({name}): {KILLS} kills of the sink's backend, {rounds} rounds ({} rows, {} events, {} checkpoints) in {:?}",
         source.len(),
         progress.events,
         progress.checkpoints.saved,

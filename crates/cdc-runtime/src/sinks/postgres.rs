@@ -596,10 +596,11 @@ const RESET_ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 /// one fault policy (a deferred constraint failing at `COMMIT` is not
 /// retryable; a lost connection is).
 fn txn_error(what: &'static str, e: tokio_postgres::Error) -> CheckpointError {
+    let message = format!("{what}: {}", crate::pg_error::describe(&e));
     if crate::pg_error::fault(&e).is_transient() {
-        CheckpointError::unavailable(what, e)
+        CheckpointError::unavailable(message, e)
     } else {
-        CheckpointError::backend(what, e)
+        CheckpointError::backend(message, e)
     }
 }
 
