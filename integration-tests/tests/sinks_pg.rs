@@ -320,10 +320,16 @@ async fn table_without_key_is_a_typed_error() {
         )])
         .await
         .unwrap_err();
+    // The error names the event it failed on, around the typed cause.
+    let cdc_runtime::sinks::SinkError::Event { source, table, .. } = &err else {
+        panic!("expected an error naming the event: {err}");
+    };
+    assert_eq!(table, "public.nokey");
     assert!(
-        matches!(err, cdc_runtime::sinks::SinkError::NoKey { .. }),
+        matches!(**source, cdc_runtime::sinks::SinkError::NoKey { .. }),
         "{err}"
     );
+    assert!(!err.is_retryable(), "{err}");
 }
 
 // ---- end to end from a real slot ------------------------------------------

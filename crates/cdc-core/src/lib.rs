@@ -16,6 +16,8 @@
 //!   transaction in a file instead of memory and replay it at commit; the
 //!   assembler produces and reads the bytes, the caller stores them.
 //! * [`Lsn`]: WAL positions.
+//! * [`fault`]: the one policy that sorts PostgreSQL errors into transient
+//!   (retry) and permanent (stop and report).
 //! * [`copy_text`]: rows of `COPY ... TO STDOUT` in text format, as the
 //!   initial snapshot reads them.
 //!
@@ -70,6 +72,7 @@ pub mod copy_text;
 #[cfg(any(test, feature = "test-util"))]
 pub mod encode;
 mod error;
+pub mod fault;
 mod lsn;
 pub mod pgoutput;
 mod reader;
@@ -81,6 +84,7 @@ mod txn;
 mod value;
 
 pub use error::{DecodeError, ProtocolError, UnsupportedProtocolVersion};
+pub use fault::{classify, classify_sqlstate, Connection, Fault};
 pub use lsn::{Lsn, ParseLsnError};
 pub use pgoutput::{
     Decoder, LogicalMessage, OwnedLogicalMessage, ParseContext, ProtocolVersion, TupleData,

@@ -1,26 +1,32 @@
 //! Mapping driver and pool errors into [`CheckpointError`].
 
 use checkpoint_api::CheckpointError;
-use tokio_postgres::error::SqlState;
 
-/// Whether a server error is transient: connection trouble, shutdown, overload,
-/// serialization failure or deadlock.
+/// Whether an error is transient under the one fault policy
+/// ([`cdc_core::fault`]): the server's SQLSTATE decides when it sent one
+/// (connection trouble, shutdown, overload, serialization failure, deadlock,
+/// a lock timeout; not a cancelled statement). Without one the connection
+/// counts as lost when the driver says it is closed, an IO error or a
+/// timeout broke it (the same test as `cdc-runtime`'s `pg_error::fault`),
+/// except for a TLS setup the server will refuse again; anything else (a
+/// value that does not convert) is permanent.
 fn is_transient(e: &tokio_postgres::Error) -> bool {
-    if e.is_closed() {
-        return true;
+    use cdc_core::fault::{classify, Connection};
+    use std::error::Error as _;
+    if let Some(db) = e.as_db_error() {
+        return classify(Some(db.code().code()), Connection::Usable).is_transient();
     }
-    let Some(db) = e.as_db_error() else {
-        // No server error: IO, TLS or protocol trouble on the connection. A TLS
-        // failure that is not an IO error (the server does not offer TLS, its
-        // certificate is refused) recurs on every attempt.
-        return !is_tls_setup_failure(e);
+    if is_tls_setup_failure(e) {
+        return false;
+    }
+    let io = e.source().is_some_and(|s| s.is::<std::io::Error>());
+    let lost = e.is_closed() || io || e.to_string() == "timeout waiting for server";
+    let connection = if lost {
+        Connection::Lost
+    } else {
+        Connection::Usable
     };
-    let code = db.code();
-    let class = code.code().get(..2).unwrap_or_default();
-    matches!(class, "08" | "53" | "57") && code != &SqlState::QUERY_CANCELED
-        || code == &SqlState::T_R_SERIALIZATION_FAILURE
-        || code == &SqlState::T_R_DEADLOCK_DETECTED
-        || code == &SqlState::LOCK_NOT_AVAILABLE
+    classify(None, connection).is_transient()
 }
 
 /// A TLS failure that retrying cannot fix. tokio-postgres does not expose its error kinds;

@@ -48,9 +48,12 @@
 //!
 //! Transient errors of the replication connection (I/O, the walsender being
 //! terminated, the server restarting) reconnect with exponential backoff and
-//! jitter and resume from the confirmed position. Everything else (decode or
-//! protocol errors, sink errors, spill file errors, authentication, missing
-//! slot or publication) stops the pipeline with a [`PipelineError`].
+//! jitter and resume from the confirmed position. A transient sink error is
+//! retried inside its sink task (reset and replay, see `sink_task`) without
+//! touching replication. Everything else (decode or protocol errors, sink
+//! errors the sink task gave up on, spill file errors, authentication,
+//! missing slot or publication) stops the pipeline with a [`PipelineError`].
+//! What is transient is decided once, in [`cdc_core::fault`].
 //!
 //! # Memory
 //!

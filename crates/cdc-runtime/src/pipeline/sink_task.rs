@@ -1,14 +1,47 @@
-//! One task per sink: write batches, flush, acknowledge commit LSNs.
+//! One task per sink: write batches, flush, acknowledge commit LSNs, and
+//! ride out transient sink errors.
+//!
+//! # Transient errors
+//!
+//! A sink error that the one fault policy ([`cdc_core::fault`], through
+//! [`SinkError::fault`]) calls transient (the target's connection was lost,
+//! the target restarts, a deadlock, an IO error) is retried here, inside the
+//! sink's task, without stopping replication:
+//!
+//! 1. The task keeps the batches (`Arc<Batch>`, shared with the other sinks,
+//!    so no copy) written since the sink's last durable point: its last
+//!    successful flush, or for the sink that commits checkpoints its last
+//!    committed checkpoint. Up to [`SinkRetry::max_retained_events`] events.
+//! 2. On a transient error it waits (exponential backoff with jitter,
+//!    [`SinkRetry::backoff`]), calls [`Sink::reset`] (the sink discards what
+//!    is not durable and reconnects), writes the kept batches again in
+//!    order, and carries on with the operation that failed (a write, a
+//!    flush, or a checkpoint commit, whose coordinator is answered once, at
+//!    the end). The replay is what the sink contract asks after an error;
+//!    the exactly-once PostgreSQL sink skips what its progress row says was
+//!    applied, so it stays exactly once.
+//! 3. It gives up after `backoff.max_attempts` consecutive failures
+//!    ([`SinkError::RetriesExhausted`]), and at once on a permanent error.
+//!
+//! When more than `max_retained_events` events were written since the
+//! durable point (a huge transaction, or a long checkpoint interval), the
+//! task keeps none until the next durable point, and a transient error then
+//! stops the pipeline as before this policy: the job resumes from its last
+//! checkpoint, so nothing is lost either way. A sink that cannot reset (the
+//! trait's default) also stops the pipeline on its first error.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cdc_core::Lsn;
+use cdc_core::{Fault, Lsn};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::checkpoint::InSinkSave;
 use crate::event::ChangeEvent;
 use crate::sinks::{Sink, SinkError};
+
+use super::Backoff;
 
 /// Flush once this many batches are written after a commit, even when more
 /// are queued.
@@ -32,6 +65,196 @@ pub(crate) struct Batch {
     pub(crate) checkpoint: Option<(usize, Arc<InSinkSave>)>,
 }
 
+/// How a sink task retries transient errors (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SinkRetry {
+    /// Delays between attempts; `max_attempts` bounds consecutive failures.
+    pub(crate) backoff: Backoff,
+    /// Events kept for a replay; past it a transient error stops the task.
+    pub(crate) max_retained_events: usize,
+}
+
+impl Default for SinkRetry {
+    /// 200 ms doubling to 10 s, giving up after 10 consecutive failures
+    /// (about a minute of waiting); 100,000 events kept (100 batches of the
+    /// default size, shared with the other sinks).
+    fn default() -> Self {
+        SinkRetry {
+            backoff: Backoff {
+                initial: Duration::from_millis(200),
+                max: Duration::from_secs(10),
+                max_attempts: Some(10),
+            },
+            max_retained_events: 100_000,
+        }
+    }
+}
+
+/// A sink with what it wrote since its last durable point, so that a
+/// transient error can be retried by a reset and a replay.
+struct Retrying {
+    sink: Box<dyn Sink>,
+    policy: SinkRetry,
+    /// Batches (and the range of their events this sink wrote) since the
+    /// last durable point, oldest first.
+    retained: Vec<(Arc<Batch>, Range<usize>)>,
+    retained_events: usize,
+    /// More than `max_retained_events` were written since the durable
+    /// point: nothing is kept, and a transient error is not retried.
+    overflowed: bool,
+    /// Consecutive failures, reset by an operation that succeeds.
+    failures: u32,
+    /// Transient errors recovered from, for the log.
+    recovered: u64,
+}
+
+impl Retrying {
+    fn new(sink: Box<dyn Sink>, policy: SinkRetry) -> Self {
+        Retrying {
+            sink,
+            policy,
+            retained: Vec::new(),
+            retained_events: 0,
+            overflowed: false,
+            failures: 0,
+            recovered: 0,
+        }
+    }
+
+    fn retain(&mut self, batch: &Arc<Batch>, range: Range<usize>) {
+        if self.overflowed {
+            return;
+        }
+        self.retained_events += range.len();
+        if self.retained_events > self.policy.max_retained_events {
+            tracing::debug!(
+                limit = self.policy.max_retained_events,
+                "more events since the sink's last durable point than are kept for a replay; a transient error before the next one stops the pipeline"
+            );
+            self.overflowed = true;
+            self.retained.clear();
+            self.retained_events = 0;
+            return;
+        }
+        self.retained.push((Arc::clone(batch), range));
+    }
+
+    /// Everything written so far is durable: nothing needs a replay.
+    fn durable(&mut self) {
+        self.retained.clear();
+        self.retained_events = 0;
+        self.overflowed = false;
+        self.failures = 0;
+    }
+
+    /// Writes `batch.events[range]`, retrying a transient failure.
+    async fn write(&mut self, batch: &Arc<Batch>, range: Range<usize>) -> Result<(), SinkError> {
+        let Some(events) = batch.events.get(range.clone()).filter(|e| !e.is_empty()) else {
+            return Ok(());
+        };
+        self.retain(batch, range);
+        match self.sink.write(events).await {
+            Ok(()) => {
+                self.failures = 0;
+                Ok(())
+            }
+            Err(e) => {
+                let fault = e.fault();
+                // The replay writes this batch too: it is retained.
+                self.recover(e, fault).await
+            }
+        }
+    }
+
+    /// Flushes, retrying a transient failure.
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        loop {
+            match self.sink.flush().await {
+                Ok(()) => {
+                    self.durable();
+                    return Ok(());
+                }
+                Err(e) => {
+                    let fault = e.fault();
+                    self.recover(e, fault).await?;
+                }
+            }
+        }
+    }
+
+    /// After `error`, backs off, resets the sink and replays what it wrote
+    /// since its durable point, until that works. Returns the error that
+    /// stops the task: a permanent one, a transient one when nothing could
+    /// be kept for a replay or the sink cannot reset, or
+    /// [`SinkError::RetriesExhausted`].
+    async fn recover(&mut self, mut error: SinkError, mut fault: Fault) -> Result<(), SinkError> {
+        loop {
+            if fault == Fault::Permanent {
+                return Err(error);
+            }
+            if self.overflowed {
+                tracing::warn!(%error, limit = self.policy.max_retained_events,
+                    "transient sink error, but more events were written since the sink's last durable point than are kept for a replay; stopping (the job resumes from its last checkpoint)");
+                return Err(error);
+            }
+            self.failures = self.failures.saturating_add(1);
+            if let Some(max) = self.policy.backoff.max_attempts {
+                if self.failures > max {
+                    return Err(SinkError::RetriesExhausted {
+                        attempts: self.failures - 1,
+                        last: Box::new(error),
+                    });
+                }
+            }
+            let delay = self.policy.backoff.delay(self.failures);
+            tracing::warn!(%error, attempt = self.failures, delay_ms = delay.as_millis() as u64,
+                replay_events = self.retained_events, "transient sink error; resetting the sink and replaying");
+            tokio::time::sleep(delay).await;
+            match self.sink.reset().await {
+                Ok(()) => {}
+                Err(SinkError::ResetUnsupported) => return Err(error),
+                Err(e) => {
+                    fault = e.fault();
+                    error = e;
+                    continue;
+                }
+            }
+            match self.replay().await {
+                Ok(()) => {
+                    self.recovered += 1;
+                    tracing::info!(
+                        events = self.retained_events,
+                        recovered = self.recovered,
+                        "sink recovered from a transient error"
+                    );
+                    return Ok(());
+                }
+                Err(e) => {
+                    fault = e.fault();
+                    error = e;
+                }
+            }
+        }
+    }
+
+    async fn replay(&mut self) -> Result<(), SinkError> {
+        for (batch, range) in &self.retained {
+            if let Some(events) = batch.events.get(range.clone()) {
+                self.sink.write(events).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes (retrying) and closes the sink.
+    async fn close(mut self, dirty: bool) -> Result<(), SinkError> {
+        if dirty {
+            self.flush().await?;
+        }
+        self.sink.close().await
+    }
+}
+
 /// Writes batches to `sink` in order and acknowledges on `ack` (waking
 /// `acked`) the end LSN of the last transaction it has made durable.
 ///
@@ -42,11 +265,23 @@ pub(crate) struct Batch {
 /// can be acknowledged anyway. When the channel closes the sink is closed
 /// (which flushes) and its final position published.
 pub(crate) async fn run_sink(
-    mut sink: Box<dyn Sink>,
-    mut rx: mpsc::Receiver<Arc<Batch>>,
+    sink: Box<dyn Sink>,
+    rx: mpsc::Receiver<Arc<Batch>>,
     ack: watch::Sender<Lsn>,
     acked: Arc<Notify>,
 ) -> Result<(), SinkError> {
+    run_sink_with(sink, rx, ack, acked, SinkRetry::default()).await
+}
+
+/// [`run_sink`] with a retry policy.
+pub(crate) async fn run_sink_with(
+    sink: Box<dyn Sink>,
+    mut rx: mpsc::Receiver<Arc<Batch>>,
+    ack: watch::Sender<Lsn>,
+    acked: Arc<Notify>,
+    retry: SinkRetry,
+) -> Result<(), SinkError> {
+    let mut sink = Retrying::new(sink, retry);
     let mut written = Lsn::INVALID;
     let mut published = Lsn::INVALID;
     let mut dirty = false;
@@ -88,7 +323,7 @@ pub(crate) async fn run_sink(
             break;
         };
         if !batch.events.is_empty() {
-            sink.write(&batch.events).await?;
+            sink.write(&batch, 0..batch.events.len()).await?;
             dirty = true;
         }
         if let Some(end) = batch.commit_end {
@@ -125,7 +360,7 @@ pub(crate) async fn run_sink(
             }
         }
     }
-    sink.close().await?;
+    sink.close(dirty).await?;
     publish(written);
     Ok(())
 }
@@ -139,34 +374,66 @@ pub(crate) async fn run_sink(
 /// A failed commit ends the task with an error: the sink's writes since the
 /// last checkpoint were rolled back, so the job must resume from it.
 pub(crate) async fn run_committing_sink(
-    mut sink: Box<dyn Sink>,
-    mut rx: mpsc::Receiver<Arc<Batch>>,
+    sink: Box<dyn Sink>,
+    rx: mpsc::Receiver<Arc<Batch>>,
     ack: watch::Sender<Lsn>,
     acked: Arc<Notify>,
     peers: u32,
 ) -> Result<(), SinkError> {
+    run_committing_sink_with(sink, rx, ack, acked, peers, SinkRetry::default()).await
+}
+
+/// [`run_committing_sink`] with a retry policy.
+pub(crate) async fn run_committing_sink_with(
+    sink: Box<dyn Sink>,
+    mut rx: mpsc::Receiver<Arc<Batch>>,
+    ack: watch::Sender<Lsn>,
+    acked: Arc<Notify>,
+    peers: u32,
+    retry: SinkRetry,
+) -> Result<(), SinkError> {
+    let mut sink = Retrying::new(sink, retry);
     while let Some(batch) = rx.recv().await {
         let Some((at, save)) = &batch.checkpoint else {
-            if !batch.events.is_empty() {
-                sink.write(&batch.events).await?;
-            }
+            sink.write(&batch, 0..batch.events.len()).await?;
             continue;
         };
-        let (before, after) = batch.events.split_at((*at).min(batch.events.len()));
-        if !before.is_empty() {
-            sink.write(before).await?;
-        }
+        let at = (*at).min(batch.events.len());
+        sink.write(&batch, 0..at).await?;
         tracing::debug!(checkpoint = %save.checkpoint.id, peers, "checkpoint reached the committing sink; waiting for the other sinks to flush");
         // Never closed: a sink that fails first ends the pipeline, which
-        // stops this task.
+        // stops this task. Acquired once: a retried commit does not wait
+        // for the peers again.
         if let Ok(permits) = save.peers_flushed.acquire_many(peers).await {
             permits.forget();
         }
-        match sink
-            .commit_checkpoint(&save.checkpoint, &save.lease, save.keep)
-            .await
-        {
+        let committed = loop {
+            match sink
+                .sink
+                .commit_checkpoint(&save.checkpoint, &save.lease, save.keep)
+                .await
+            {
+                Ok(meta) => break Ok(meta),
+                Err(e) => {
+                    // Rolled back with the writes since the last checkpoint:
+                    // a transient failure is retried by replaying them and
+                    // committing again.
+                    let fault = if e.is_retryable() {
+                        Fault::Transient
+                    } else {
+                        Fault::Permanent
+                    };
+                    let failed = SinkError::Checkpoint(e.to_string());
+                    match sink.recover(failed, fault).await {
+                        Ok(()) => continue,
+                        Err(stop) => break Err((e, stop)),
+                    }
+                }
+            }
+        };
+        match committed {
             Ok(meta) => {
+                sink.durable();
                 save.answer(Ok(meta));
                 let moved = ack.send_if_modified(|cur| {
                     let moved = save.needs_ack > *cur;
@@ -179,16 +446,421 @@ pub(crate) async fn run_committing_sink(
                     acked.notify_one();
                 }
             }
-            Err(e) => {
-                let message = e.to_string();
+            Err((e, stop)) => {
                 save.answer(Err(e));
-                return Err(SinkError::Checkpoint(message));
+                return Err(stop);
             }
         }
-        if !after.is_empty() {
-            sink.write(after).await?;
-        }
+        sink.write(&batch, at..batch.events.len()).await?;
     }
     // Anything written after the last checkpoint is rolled back here.
-    sink.close().await
+    sink.sink.close().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::{CheckpointOptions, Coordinator};
+    use crate::event::{Operation, SourceInfo};
+    use checkpoint_api::testkit::MemoryStore;
+    use checkpoint_api::{
+        Checkpoint, CheckpointError, CheckpointMeta, CheckpointStore, JobName, Lease, OwnerId,
+    };
+    use std::sync::Mutex;
+
+    /// What the fake sink did: `durable` holds the ids (event indexes) of
+    /// flushed events, `pending` the written ones a reset discards.
+    #[derive(Default)]
+    struct State {
+        durable: Vec<u32>,
+        pending: Vec<u32>,
+        writes: u32,
+        flushes: u32,
+        resets: u32,
+        /// Write calls (1-based, replays included) that apply half the
+        /// batch and then fail transiently.
+        fail_writes: Vec<u32>,
+        /// Flush calls that fail transiently.
+        fail_flushes: Vec<u32>,
+        /// The write call that fails permanently.
+        permanent_at: Option<u32>,
+        /// Every write fails transiently.
+        always_fail: bool,
+        /// Whether `reset` works (or is the trait's default).
+        can_reset: bool,
+        /// Checkpoint commits tried.
+        commits: u32,
+        /// Commit calls that fail transiently (rolling back).
+        fail_commits: Vec<u32>,
+        /// Every commit fails permanently.
+        permanent_commit: bool,
+    }
+
+    /// A fake sink; with a store, it commits checkpoints (into the store)
+    /// and makes its writes durable only with them.
+    struct Fake(Arc<Mutex<State>>, Option<Arc<MemoryStore>>);
+
+    fn broken() -> SinkError {
+        SinkError::io(
+            "writing",
+            None,
+            std::io::Error::from(std::io::ErrorKind::BrokenPipe),
+        )
+    }
+
+    #[async_trait::async_trait]
+    impl Sink for Fake {
+        async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
+            let mut s = self.0.lock().unwrap();
+            s.writes += 1;
+            let call = s.writes;
+            if s.always_fail {
+                return Err(broken());
+            }
+            if s.permanent_at == Some(call) {
+                return Err(SinkError::Malformed("bad event"));
+            }
+            if s.fail_writes.contains(&call) {
+                let half = batch.len() / 2;
+                s.pending.extend(batch[..half].iter().map(|e| e.index));
+                return Err(broken());
+            }
+            s.pending.extend(batch.iter().map(|e| e.index));
+            Ok(())
+        }
+        async fn flush(&mut self) -> Result<(), SinkError> {
+            let mut s = self.0.lock().unwrap();
+            s.flushes += 1;
+            if s.fail_flushes.contains(&s.flushes) {
+                return Err(broken());
+            }
+            let pending = std::mem::take(&mut s.pending);
+            s.durable.extend(pending);
+            Ok(())
+        }
+        async fn close(&mut self) -> Result<(), SinkError> {
+            let mut s = self.0.lock().unwrap();
+            let pending = std::mem::take(&mut s.pending);
+            if self.1.is_none() {
+                s.durable.extend(pending);
+            }
+            Ok(())
+        }
+        fn commits_checkpoints(&self) -> bool {
+            self.1.is_some()
+        }
+        async fn commit_checkpoint(
+            &mut self,
+            checkpoint: &Checkpoint,
+            lease: &Lease,
+            _keep: usize,
+        ) -> Result<CheckpointMeta, CheckpointError> {
+            let failure = {
+                let mut s = self.0.lock().unwrap();
+                s.commits += 1;
+                let transient = s.fail_commits.contains(&s.commits);
+                if transient || s.permanent_commit {
+                    s.pending.clear();
+                }
+                match (transient, s.permanent_commit) {
+                    (true, _) => Some(CheckpointError::Unavailable {
+                        message: "connection lost".into(),
+                        source: None,
+                    }),
+                    (false, true) => Some(CheckpointError::Backend {
+                        message: "bad".into(),
+                        source: None,
+                    }),
+                    (false, false) => None,
+                }
+            };
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            let store = self.1.clone().unwrap();
+            let meta = store.save(lease, checkpoint).await?;
+            let mut s = self.0.lock().unwrap();
+            let pending = std::mem::take(&mut s.pending);
+            s.durable.extend(pending);
+            Ok(meta)
+        }
+        async fn reset(&mut self) -> Result<(), SinkError> {
+            let mut s = self.0.lock().unwrap();
+            if !s.can_reset {
+                return Err(SinkError::ResetUnsupported);
+            }
+            s.resets += 1;
+            s.pending.clear();
+            Ok(())
+        }
+    }
+
+    fn ev(id: u32) -> ChangeEvent {
+        ChangeEvent {
+            op: Operation::Message,
+            table: None,
+            before: None,
+            after: None,
+            message: None,
+            source: SourceInfo {
+                commit_lsn: Lsn::from_u64(1),
+                lsn: Lsn::from_u64(1),
+                xid: 0,
+                commit_time: None,
+                database: "d".into(),
+                slot: "s".into(),
+            },
+            index: id,
+        }
+    }
+
+    /// A batch of events `ids`, ending a transaction at `commit` if given.
+    fn batch(ids: Range<u32>, commit: Option<u64>) -> Arc<Batch> {
+        Arc::new(Batch {
+            events: ids.map(ev).collect(),
+            commit_end: commit.map(Lsn::from_u64),
+            checkpoint: None,
+        })
+    }
+
+    fn fast(max_attempts: u32, max_retained_events: usize) -> SinkRetry {
+        SinkRetry {
+            backoff: Backoff {
+                initial: Duration::from_millis(1),
+                max: Duration::from_millis(2),
+                max_attempts: Some(max_attempts),
+            },
+            max_retained_events,
+        }
+    }
+
+    /// Runs a sink task over `batches`; after a batch with a commit, waits
+    /// until the task acknowledged it (so flushes happen between them).
+    async fn run(
+        state: &Arc<Mutex<State>>,
+        batches: Vec<Arc<Batch>>,
+        retry: SinkRetry,
+    ) -> (Result<(), SinkError>, Lsn) {
+        let (tx, rx) = mpsc::channel(4);
+        let (ack_tx, mut ack_rx) = watch::channel(Lsn::INVALID);
+        let task = tokio::spawn(run_sink_with(
+            Box::new(Fake(Arc::clone(state), None)),
+            rx,
+            ack_tx,
+            Arc::new(Notify::new()),
+            retry,
+        ));
+        for b in batches {
+            let commit = b.commit_end;
+            if tx.send(b).await.is_err() {
+                break;
+            }
+            if let Some(end) = commit {
+                if ack_rx.wait_for(|a| *a >= end).await.is_err() {
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let result = task.await.unwrap();
+        let acked = *ack_rx.borrow();
+        (result, acked)
+    }
+
+    fn state(f: impl FnOnce(&mut State)) -> Arc<Mutex<State>> {
+        let mut s = State {
+            can_reset: true,
+            ..State::default()
+        };
+        f(&mut s);
+        Arc::new(Mutex::new(s))
+    }
+
+    /// Two transactions of three batches each: 0..15 and 15..30.
+    fn two_transactions() -> Vec<Arc<Batch>> {
+        vec![
+            batch(0..5, None),
+            batch(5..10, None),
+            batch(10..15, Some(100)),
+            batch(15..20, None),
+            batch(20..25, None),
+            batch(25..30, Some(200)),
+        ]
+    }
+
+    #[tokio::test]
+    async fn transient_errors_are_retried_by_a_reset_and_a_replay_without_loss_or_duplicates() {
+        // Write 3 is the end of the first transaction: the replay must bring
+        // back the two batches before it too (a reset discarded them). The
+        // first flush fails, so its transaction is replayed once more.
+        let s = state(|s| {
+            s.fail_writes = vec![3, 9];
+            s.fail_flushes = vec![1];
+        });
+        let (result, acked) = run(&s, two_transactions(), fast(3, 1000)).await;
+        result.unwrap();
+        let s = s.lock().unwrap();
+        assert_eq!(s.durable, (0..30).collect::<Vec<_>>());
+        assert_eq!(s.resets, 3);
+        assert_eq!(acked, Lsn::from_u64(200));
+    }
+
+    #[tokio::test]
+    async fn a_permanent_error_stops_the_task_without_a_retry() {
+        let s = state(|s| s.permanent_at = Some(2));
+        let (result, acked) = run(&s, two_transactions(), fast(3, 1000)).await;
+        assert!(
+            matches!(result, Err(SinkError::Malformed("bad event"))),
+            "{result:?}"
+        );
+        let s = s.lock().unwrap();
+        assert_eq!(s.resets, 0);
+        assert!(s.durable.is_empty());
+        assert_eq!(acked, Lsn::INVALID);
+    }
+
+    #[tokio::test]
+    async fn consecutive_failures_give_up_after_max_attempts() {
+        let s = state(|s| s.always_fail = true);
+        let (result, _) = run(&s, two_transactions(), fast(3, 1000)).await;
+        match result {
+            Err(SinkError::RetriesExhausted { attempts: 3, last }) => {
+                assert!(last.is_retryable(), "{last}");
+            }
+            other => panic!("expected RetriesExhausted after 3 attempts: {other:?}"),
+        }
+        assert_eq!(s.lock().unwrap().resets, 3);
+    }
+
+    #[tokio::test]
+    async fn a_sink_that_cannot_reset_stops_on_its_first_error() {
+        let s = state(|s| {
+            s.can_reset = false;
+            s.fail_writes = vec![2];
+        });
+        let (result, _) = run(&s, two_transactions(), fast(3, 1000)).await;
+        assert!(matches!(result, Err(SinkError::Io { .. })), "{result:?}");
+        assert_eq!(s.lock().unwrap().writes, 2);
+    }
+
+    #[tokio::test]
+    async fn past_the_retained_bound_a_transient_error_stops_the_task() {
+        // 10 events since the last flush when write 2 fails, 8 kept at most.
+        let s = state(|s| s.fail_writes = vec![2]);
+        let (result, _) = run(&s, two_transactions(), fast(3, 8)).await;
+        assert!(matches!(result, Err(SinkError::Io { .. })), "{result:?}");
+        assert_eq!(s.lock().unwrap().resets, 0);
+        // Within the bound the same failure is retried.
+        let s = state(|s| s.fail_writes = vec![2]);
+        let (result, _) = run(&s, two_transactions(), fast(3, 15)).await;
+        result.unwrap();
+        let s = s.lock().unwrap();
+        assert_eq!(s.resets, 1);
+        assert_eq!(s.durable, (0..30).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn the_bound_applies_between_durable_points_only() {
+        // Each transaction has 15 events, the bound is 15: a failure in the
+        // second transaction is retried because the first was flushed.
+        let s = state(|s| s.fail_writes = vec![6]);
+        let (result, _) = run(&s, two_transactions(), fast(3, 15)).await;
+        result.unwrap();
+        let s = s.lock().unwrap();
+        assert_eq!(s.resets, 1);
+        assert_eq!(s.durable, (0..30).collect::<Vec<_>>());
+    }
+
+    /// A coordinator committing in the sink, with one checkpoint captured
+    /// at 100 that needs the sink to acknowledge 90.
+    async fn committing_checkpoint() -> (Coordinator, Arc<MemoryStore>, JobName, Arc<InSinkSave>) {
+        let store = Arc::new(MemoryStore::new());
+        let job = JobName::new("job").unwrap();
+        let lease = store
+            .acquire_lease(&job, &OwnerId::new("test").unwrap())
+            .await
+            .unwrap();
+        let mut opts = CheckpointOptions::new(store.clone(), lease);
+        opts.interval = Duration::ZERO;
+        let mut c = Coordinator::new(opts, "slot", &["pub".to_owned()]);
+        c.commit_in_sink();
+        c.tick();
+        let save = c
+            .capture(Lsn::from_u64(100), Lsn::from_u64(90), &[])
+            .unwrap()
+            .expect("a checkpoint for the sink");
+        (c, store, job, save)
+    }
+
+    /// Runs the committing sink task over events 0..5, then 5..12 with the
+    /// checkpoint after event 10.
+    async fn run_committing(
+        state: &Arc<Mutex<State>>,
+        store: &Arc<MemoryStore>,
+        save: Arc<InSinkSave>,
+    ) -> (Result<(), SinkError>, Lsn) {
+        let (tx, rx) = mpsc::channel(4);
+        let (ack_tx, ack_rx) = watch::channel(Lsn::INVALID);
+        let task = tokio::spawn(run_committing_sink_with(
+            Box::new(Fake(Arc::clone(state), Some(store.clone()))),
+            rx,
+            ack_tx,
+            Arc::new(Notify::new()),
+            0,
+            fast(3, 1000),
+        ));
+        tx.send(batch(0..5, None)).await.unwrap();
+        tx.send(Arc::new(Batch {
+            events: (5..12).map(ev).collect(),
+            commit_end: Some(Lsn::from_u64(100)),
+            checkpoint: Some((5, save)),
+        }))
+        .await
+        .unwrap();
+        drop(tx);
+        let result = task.await.unwrap();
+        let acked = *ack_rx.borrow();
+        (result, acked)
+    }
+
+    #[tokio::test]
+    async fn a_failed_checkpoint_commit_is_replayed_and_retried_and_answered_once() {
+        let (mut c, store, job, save) = committing_checkpoint().await;
+        // The write before the checkpoint fails, then two commits do.
+        let s = state(|s| {
+            s.fail_writes = vec![2];
+            s.fail_commits = vec![1, 2];
+        });
+        let (result, acked) = run_committing(&s, &store, save).await;
+        result.unwrap();
+        c.poll_acks(Lsn::from_u64(100));
+        c.saved().await.unwrap();
+        assert_eq!(c.stats().saved, 1);
+        assert_eq!(c.stats().failed, 0);
+        assert_eq!(store.list(&job).await.unwrap().len(), 1);
+        assert_eq!(acked, Lsn::from_u64(90));
+        let s = s.lock().unwrap();
+        // Exactly the events the checkpoint covers, once; those after it
+        // were rolled back at close.
+        assert_eq!(s.durable, (0..10).collect::<Vec<_>>());
+        assert_eq!((s.resets, s.commits), (3, 3));
+    }
+
+    #[tokio::test]
+    async fn a_permanent_commit_failure_stops_the_task_and_answers_the_coordinator() {
+        let (mut c, store, job, save) = committing_checkpoint().await;
+        let s = state(|s| s.permanent_commit = true);
+        let (result, acked) = run_committing(&s, &store, save).await;
+        assert!(
+            matches!(result, Err(SinkError::Checkpoint(_))),
+            "{result:?}"
+        );
+        let _ = c.saved().await;
+        assert_eq!(c.stats().saved, 0);
+        assert!(store.list(&job).await.unwrap().is_empty());
+        assert_eq!(acked, Lsn::INVALID);
+        let s = s.lock().unwrap();
+        assert_eq!((s.resets, s.commits), (0, 1));
+        assert!(s.durable.is_empty());
+    }
 }

@@ -313,23 +313,18 @@ impl DbError {
         self.routine.as_deref()
     }
 
-    /// Whether retrying on a new connection may succeed, by SQLSTATE:
-    /// connection exceptions (class 08), operator intervention such as a server
-    /// shutting down or starting (57P01-57P03, 57014), insufficient resources
-    /// (class 53), an object in use such as a slot still held by a dying
-    /// walsender (55006), serialization failures and deadlocks (40001, 40P01)
-    /// and system errors (class 58). Everything else (authentication 28xxx, a
-    /// missing database 3D000 or slot 42704, a duplicate slot 42710, wrong
-    /// wal_level 55000, missing privileges 42501, ...) is definite.
+    /// Whether retrying on a new connection may succeed, by SQLSTATE under
+    /// the one fault policy ([`cdc_core::fault`]): connection exceptions
+    /// (class 08), a server shutting down, crashed or starting (57P01-57P03),
+    /// insufficient resources (class 53), an object in use such as a slot
+    /// still held by a dying walsender (55006), serialization failures and
+    /// deadlocks (40001, 40P01) and OS-level system errors (58000, 58030).
+    /// Everything else (authentication 28xxx, a missing database 3D000 or
+    /// slot 42704, a duplicate slot 42710, wrong wal_level 55000, missing
+    /// privileges 42501, a cancelled statement 57014, a dropped database
+    /// 57P04, ...) is definite.
     pub fn is_transient(&self) -> bool {
-        let code = self.code.as_str();
-        code.starts_with("08")
-            || code.starts_with("53")
-            || code.starts_with("58")
-            || matches!(
-                code,
-                "57P01" | "57P02" | "57P03" | "57P04" | "57014" | "55006" | "40001" | "40P01"
-            )
+        cdc_core::classify_sqlstate(&self.code).is_transient()
     }
 
     /// pgcdc's advice for well-known codes, if any.
@@ -407,7 +402,7 @@ mod tests {
         }
         for code in [
             "28P01", "28000", "3D000", "42704", "42710", "42501", "55000", "XX000", "0A000",
-            "42601",
+            "42601", "57014", "57P04",
         ] {
             assert!(!db(code).is_transient(), "{code} should be definite");
             assert!(!ReplicationError::from(db(code)).is_transient());

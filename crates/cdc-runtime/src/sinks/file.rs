@@ -184,6 +184,29 @@ impl Sink for FileSink {
         }
         Ok(())
     }
+
+    /// Discards the lines not written yet and opens the newest file again
+    /// (cutting a line torn by the failed write), as a fresh
+    /// [`FileSink::open`] would. Lines that reached the file since the last
+    /// flush stay, so the replay may duplicate them: identified by
+    /// `(commit_lsn, index)`, as after a crash. Lines flushed before stay
+    /// durable: the replay rewrites everything after them, so a failed
+    /// fsync loses nothing either.
+    async fn reset(&mut self) -> Result<(), SinkError> {
+        self.buf.clear();
+        self.file = None;
+        let base = self.base.clone();
+        let (seq, path, file, size) = tokio::task::spawn_blocking(move || open_latest(&base))
+            .await
+            .map_err(|e| {
+                SinkError::io("reopening", Some(self.base.clone()), io::Error::other(e))
+            })??;
+        self.seq = seq;
+        self.path = path;
+        self.file = Some(file);
+        self.size = size;
+        Ok(())
+    }
 }
 
 /// Collected lines are written once they reach this many bytes.
@@ -458,6 +481,29 @@ mod tests {
         sink.write(&events(1, 1)).await.unwrap();
         sink.close().await.unwrap();
         assert_eq!(indexes(&read_lines(&base)), [6, 7, 0]);
+    }
+
+    #[tokio::test]
+    async fn reset_discards_unflushed_lines_and_cuts_a_torn_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("e");
+        let mut sink = open(&base, 0).await;
+        let evs = events(6, 1);
+        sink.write(&evs[..3]).await.unwrap();
+        sink.flush().await.unwrap();
+        // Collected but not written: a reset drops them.
+        sink.write(&evs[3..]).await.unwrap();
+        // A write that failed half-way left a torn line in the file.
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .open(sink.current_path())
+            .unwrap();
+        file.write_all(b"{\"index\":3,\"tor").unwrap();
+        sink.reset().await.unwrap();
+        // The replay of what was written since the flush.
+        sink.write(&evs[3..]).await.unwrap();
+        sink.close().await.unwrap();
+        assert_eq!(indexes(&read_lines(&base)), [0, 1, 2, 3, 4, 5]);
     }
 
     #[tokio::test]

@@ -14,6 +14,21 @@
 //!   replay from the last flushed position. Every sink here tolerates replays
 //!   (files get duplicate lines that `(commit_lsn, index)` identifies; the
 //!   PostgreSQL sink is idempotent).
+//! * [`reset`](Sink::reset) does the same in place: it discards what was not
+//!   flushed (for a sink that [commits checkpoints](Sink::commits_checkpoints),
+//!   what no committed checkpoint covers) and reconnects or reopens, and the
+//!   caller replays from the last flushed position. A sink that cannot
+//!   (the default) returns [`SinkError::ResetUnsupported`].
+//!
+//! # Errors: transient or permanent
+//!
+//! [`SinkError::fault`] sorts every error by the one fault policy of
+//! [`cdc_core::fault`]: a transient error (a lost connection, the target
+//! restarting, a deadlock, an IO error) is retried by the pipeline's sink
+//! task with backoff, [`reset`](Sink::reset) and a replay, without stopping
+//! replication; a permanent one (bad data, a missing table or key, a
+//! constraint violation) stops the job, and says which table, commit LSN
+//! and event failed where the sink knows it ([`SinkError::Event`]).
 //!
 //! Sinks are `Send`, so a pipeline can own one in a tokio task:
 //!
@@ -88,6 +103,20 @@ pub trait Sink: Send {
             source: None,
         })
     }
+
+    /// After an error: discards everything not yet flushed (with
+    /// [`commits_checkpoints`](Self::commits_checkpoints), everything no
+    /// committed checkpoint covers) and reconnects or reopens, so that the
+    /// caller can replay from the last flushed position (or the last
+    /// committed checkpoint) and go on with the same sink. Returns an error
+    /// if the sink cannot be used again yet (a transient one: try later).
+    ///
+    /// The default cannot reset and returns
+    /// [`SinkError::ResetUnsupported`]: the pipeline then stops on the error
+    /// and the job resumes from its last checkpoint, as before.
+    async fn reset(&mut self) -> Result<(), SinkError> {
+        Err(SinkError::ResetUnsupported)
+    }
 }
 
 #[async_trait::async_trait]
@@ -111,6 +140,9 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
         keep: usize,
     ) -> Result<CheckpointMeta, CheckpointError> {
         (**self).commit_checkpoint(checkpoint, lease, keep).await
+    }
+    async fn reset(&mut self) -> Result<(), SinkError> {
+        (**self).reset().await
     }
 }
 
@@ -172,33 +204,126 @@ pub enum SinkError {
     /// The TLS settings of the target connection cannot be used.
     #[error("target connection: {0}")]
     Tls(#[from] crate::replication::TlsError),
+    /// Applying one event failed: which table, transaction and event.
+    #[error("applying {op} of {table} (commit LSN {commit_lsn}, event {index} of the transaction): {source}")]
+    Event {
+        /// `schema.table` of the source.
+        table: String,
+        /// The commit LSN of the event's transaction.
+        commit_lsn: cdc_core::Lsn,
+        /// The event's index within its transaction.
+        index: u32,
+        /// The operation (`insert`, `update`, ...).
+        op: &'static str,
+        /// What failed.
+        #[source]
+        source: Box<SinkError>,
+    },
+    /// The sink cannot [`reset`](Sink::reset) after an error.
+    #[error("the sink cannot reset after an error")]
+    ResetUnsupported,
+    /// Transient errors persisted through every retry.
+    #[error("giving up after {attempts} consecutive transient failures: {last}")]
+    RetriesExhausted {
+        /// Consecutive failures.
+        attempts: u32,
+        /// The last error.
+        #[source]
+        last: Box<SinkError>,
+    },
 }
 
 impl SinkError {
-    /// Whether retrying with a fresh sink may succeed (IO and connection
-    /// failures, serialization failures and deadlocks) as opposed to errors
-    /// that will recur (bad data, missing keys, schema mismatches).
-    pub fn is_retryable(&self) -> bool {
+    /// The error under the one fault policy ([`cdc_core::fault`]): IO
+    /// errors and lost connections are transient, target errors by their
+    /// SQLSTATE (a deadlock or serialization failure, the server shutting
+    /// down or overloaded: transient; bad data, constraints, missing tables
+    /// or privileges: permanent); everything else (no key, a value that
+    /// cannot be written, a malformed event, settings, a closed sink) is
+    /// permanent. A failed checkpoint commit is judged by the sink task
+    /// from its [`CheckpointError`] before it becomes
+    /// [`SinkError::Checkpoint`], which is permanent.
+    pub fn fault(&self) -> cdc_core::Fault {
+        use cdc_core::Fault;
         match self {
-            SinkError::Io { .. } => true,
-            SinkError::Postgres(e) => match e.code() {
-                None => true,
-                Some(code) => {
-                    let c = code.code();
-                    // 08: connection exception; 40: transaction rollback
-                    // (serialization failure, deadlock); 53: insufficient
-                    // resources; 57P01..03: admin shutdown, crash, cannot connect now.
-                    c.starts_with("08")
-                        || c.starts_with("40")
-                        || c.starts_with("53")
-                        || c.starts_with("57P")
-                }
+            SinkError::Io { .. } => Fault::Transient,
+            SinkError::Postgres(e) => crate::pg_error::fault(e),
+            SinkError::Event { source, .. } => source.fault(),
+            SinkError::NoKey { .. }
+            | SinkError::Unrepresentable { .. }
+            | SinkError::Malformed(_)
+            | SinkError::Closed
+            | SinkError::Checkpoint(_)
+            | SinkError::NotCommitting(_)
+            | SinkError::Config(_)
+            | SinkError::Tls(_)
+            | SinkError::ResetUnsupported
+            | SinkError::RetriesExhausted { .. } => Fault::Permanent,
+        }
+    }
+
+    /// Whether retrying (after [`Sink::reset`], or with a fresh sink) may
+    /// succeed: [`fault`](Self::fault) is transient.
+    pub fn is_retryable(&self) -> bool {
+        self.fault().is_transient()
+    }
+
+    /// `self`, saying that it happened while applying `ev`.
+    pub(crate) fn at(self, ev: &ChangeEvent) -> Self {
+        SinkError::Event {
+            table: match &ev.table {
+                Some(t) => format!("{}.{}", t.schema, t.table),
+                None => "a message".to_owned(),
             },
-            _ => false,
+            commit_lsn: ev.source.commit_lsn,
+            index: ev.index,
+            op: ev.op.name(),
+            source: Box::new(self),
         }
     }
 
     pub(crate) fn io(what: &'static str, path: Option<PathBuf>, source: io::Error) -> Self {
         SinkError::Io { what, path, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{ColumnSchema, Operation, SourceInfo, TableSchema};
+
+    #[test]
+    fn an_event_error_names_the_table_position_and_operation_and_keeps_the_fault() {
+        let table = TableSchema {
+            oid: 1,
+            schema: "public".into(),
+            table: "orders".into(),
+            columns: Vec::<ColumnSchema>::new(),
+        };
+        let ev = ChangeEvent {
+            op: Operation::Update,
+            table: Some(Arc::new(table)),
+            before: None,
+            after: None,
+            message: None,
+            source: SourceInfo {
+                commit_lsn: "0/16B3748".parse().unwrap(),
+                lsn: cdc_core::Lsn::from_u64(1),
+                xid: 7,
+                commit_time: None,
+                database: "d".into(),
+                slot: "s".into(),
+            },
+            index: 3,
+        };
+        let e = SinkError::Malformed("upsert without a row").at(&ev);
+        let text = e.to_string();
+        assert!(text.contains("public.orders"), "{text}");
+        assert!(text.contains("0/16B3748"), "{text}");
+        assert!(text.contains("event 3"), "{text}");
+        assert!(text.contains(Operation::Update.name()), "{text}");
+        assert!(!e.is_retryable());
+        let io = SinkError::io("writing", None, io::Error::from(io::ErrorKind::BrokenPipe));
+        assert!(io.at(&ev).is_retryable());
     }
 }

@@ -115,6 +115,12 @@ pub struct PgTableSink {
     /// With `checkpoints`: a transaction is open, holding the writes since
     /// the last checkpoint.
     open: bool,
+    /// How to connect again on [`Sink::reset`] (`None`: made with
+    /// [`PgTableSink::new`] from a client, so it cannot reset).
+    config: Option<ReplicationConfig>,
+    /// The checkpoint whose `COMMIT` failed with a lost connection: the
+    /// server may have committed it anyway, so a retry looks first.
+    commit_unknown: Option<checkpoint_api::CheckpointId>,
 }
 
 const PROGRESS_DDL: &str = "CREATE SCHEMA IF NOT EXISTS pgcdc; \
@@ -146,6 +152,8 @@ impl PgTableSink {
             applied: None,
             checkpoints: None,
             open: false,
+            config: None,
+            commit_unknown: None,
         }
     }
 
@@ -277,6 +285,14 @@ impl PgTableSink {
         config: &ReplicationConfig,
         options: PgTableSinkOptions,
     ) -> Result<Self, SinkError> {
+        let client = Self::open_client(config).await?;
+        let mut sink = Self::new(client, options);
+        sink.config = Some(config.clone());
+        Ok(sink)
+    }
+
+    /// A new connection to the target, driven on a spawned task.
+    async fn open_client(config: &ReplicationConfig) -> Result<Client, SinkError> {
         let settings = PgClientSettings::new(config)?;
         let (client, connection) = settings.config.connect(settings.tls).await?;
         tokio::spawn(async move {
@@ -284,7 +300,7 @@ impl PgTableSink {
                 tracing::warn!(error = %e, "target database connection ended");
             }
         });
-        Ok(Self::new(client, options))
+        Ok(client)
     }
 
     fn target(&self, table: &TableSchema) -> TableName {
@@ -471,9 +487,12 @@ impl Sink for PgTableSink {
             None => true,
         };
         let mut ops = Vec::new();
+        // The event each statement applies (none for the progress row).
+        let mut owners: Vec<Option<&ChangeEvent>> = Vec::new();
         let mut last = None;
         for ev in batch.iter().filter(fresh) {
-            self.plan(ev, &mut ops)?;
+            self.plan(ev, &mut ops).map_err(|e| e.at(ev))?;
+            owners.resize(ops.len(), Some(ev));
             last = Some((ev.source.commit_lsn, ev.index));
         }
         if let (Some(name), Some((lsn, index))) = (&self.options.progress, last) {
@@ -490,9 +509,14 @@ impl Sink for PgTableSink {
             return Ok(());
         }
         let applied = self.execute(&ops).await;
-        if let Err(e) = applied {
+        if let Err((failed, e)) = applied {
             self.abandon().await;
-            return Err(e);
+            return Err(
+                match failed.and_then(|i| owners.get(i).copied().flatten()) {
+                    Some(ev) => e.at(ev),
+                    None => e,
+                },
+            );
         }
         if self.options.progress.is_some() && last.is_some() {
             self.applied = Some(last);
@@ -540,6 +564,44 @@ impl Sink for PgTableSink {
         }
         result
     }
+
+    /// Drops the connection (the server rolls back its open transaction:
+    /// with checkpoints committed in the sink, the writes since the last
+    /// checkpoint), forgets the prepared statements, the target keys and the
+    /// exactly-once position, and connects again. The next write reloads
+    /// the position from the progress row, so replayed events that were
+    /// committed before are skipped: exactly once survives the reset.
+    async fn reset(&mut self) -> Result<(), SinkError> {
+        let config = self.config.clone().ok_or(SinkError::ResetUnsupported)?;
+        if self.open && self.client.as_ref().is_some_and(|c| !c.is_closed()) {
+            // Best effort on a connection that may be wedged: dropping it
+            // rolls back too.
+            let _ = tokio::time::timeout(RESET_ROLLBACK_TIMEOUT, self.abandon()).await;
+        }
+        self.open = false;
+        self.client = None;
+        self.statements.clear();
+        self.target_keys.clear();
+        self.applied = None;
+        self.client = Some(Self::open_client(&config).await?);
+        tracing::info!("postgres sink reconnected; replaying from its last durable position");
+        Ok(())
+    }
+}
+
+/// How long [`Sink::reset`] waits for the old connection's `ROLLBACK`.
+const RESET_ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A failed `BEGIN` or `COMMIT` of a checkpoint's transaction, judged by the
+/// one fault policy (a deferred constraint failing at `COMMIT` is not
+/// retryable; a lost connection is).
+fn txn_error(what: &'static str, e: tokio_postgres::Error) -> CheckpointError {
+    let message = format!("{what}: {}", crate::pg_error::describe(&e));
+    if crate::pg_error::fault(&e).is_transient() {
+        CheckpointError::unavailable(message, e)
+    } else {
+        CheckpointError::backend(message, e)
+    }
 }
 
 impl PgTableSink {
@@ -556,34 +618,59 @@ impl PgTableSink {
                 source: None,
             });
         };
+        if self.commit_unknown.take() == Some(checkpoint.id) {
+            // The last attempt's COMMIT lost its connection, maybe after the
+            // server committed. If it did, the replay before this retry was
+            // skipped by the progress row it committed: nothing is left to
+            // write, and saving the checkpoint again would be refused.
+            use checkpoint_api::CheckpointStore as _;
+            if let Some(meta) = store
+                .list(&checkpoint.job)
+                .await?
+                .into_iter()
+                .find(|m| m.describes(checkpoint))
+            {
+                tracing::info!(checkpoint = %checkpoint.id, "the checkpoint's interrupted COMMIT had succeeded");
+                return Ok(meta);
+            }
+        }
         if !self.open {
             client
                 .batch_execute("BEGIN")
                 .await
-                .map_err(|e| CheckpointError::unavailable("begin", e))?;
+                .map_err(|e| txn_error("begin", e))?;
             self.open = true;
         }
         let meta = store.save_in(client, lease, checkpoint, keep).await?;
         self.open = false;
-        client
-            .batch_execute("COMMIT")
-            .await
-            .map_err(|e| CheckpointError::unavailable("commit", e))?;
+        if let Err(e) = client.batch_execute("COMMIT").await {
+            if crate::pg_error::fault(&e).is_transient() {
+                self.commit_unknown = Some(checkpoint.id);
+            }
+            return Err(txn_error("commit", e));
+        }
         Ok(meta)
     }
 
     /// Runs `ops` in order, pipelined: in a transaction of their own, or
-    /// when checkpoints are committed with the writes, in the open one.
-    async fn execute(&mut self, ops: &[(String, Vec<TextParam>)]) -> Result<(), SinkError> {
-        let client = self.client.as_ref().ok_or(SinkError::Closed)?;
+    /// when checkpoints are committed with the writes, in the open one. On
+    /// an error, the index of the statement that failed, if one did.
+    async fn execute(
+        &mut self,
+        ops: &[(String, Vec<TextParam>)],
+    ) -> Result<(), (Option<usize>, SinkError)> {
+        let client = self.client.as_ref().ok_or((None, SinkError::Closed))?;
         let own_transaction = self.checkpoints.is_none();
         if own_transaction || !self.open {
-            client.batch_execute("BEGIN").await?;
+            client
+                .batch_execute("BEGIN")
+                .await
+                .map_err(|e| (None, e.into()))?;
             self.open = true;
         }
-        for (sql, _) in ops {
+        for (i, (sql, _)) in ops.iter().enumerate() {
             if !self.statements.contains_key(sql) {
-                let stmt = client.prepare(sql).await?;
+                let stmt = client.prepare(sql).await.map_err(|e| (Some(i), e.into()))?;
                 self.statements.insert(sql.clone(), stmt);
             }
         }
@@ -592,19 +679,27 @@ impl PgTableSink {
             let stmt = self
                 .statements
                 .get(sql)
-                .ok_or(SinkError::Malformed("statement not prepared"))?;
+                .ok_or((None, SinkError::Malformed("statement not prepared")))?;
             let refs: Vec<&(dyn ToSql + Sync)> =
                 params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
             calls.push((stmt, refs));
         }
-        // tokio-postgres pipelines requests polled together; they run in order.
-        futures_util::future::try_join_all(
-            calls.iter().map(|(stmt, refs)| client.execute(*stmt, refs)),
-        )
+        // tokio-postgres pipelines requests polled together; they run in
+        // order, so the first error to arrive is the first statement that
+        // failed (the ones after it fail as "in failed transaction").
+        futures_util::future::try_join_all(calls.iter().enumerate().map(|(i, (stmt, refs))| {
+            use futures_util::TryFutureExt as _;
+            client
+                .execute(*stmt, refs)
+                .map_err(move |e| (Some(i), SinkError::from(e)))
+        }))
         .await?;
         if own_transaction {
             self.open = false;
-            client.batch_execute("COMMIT").await?;
+            client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(|e| (None, e.into()))?;
         }
         Ok(())
     }

@@ -144,17 +144,13 @@ pub enum SnapshotError {
 
 impl SnapshotError {
     /// Whether starting the readers again may help: the connection was
-    /// lost or could not be made (a server restart, a network failure).
+    /// lost or could not be made (a server restart, a network failure), or
+    /// the server reported a transient error (see [`cdc_core::fault`]).
     pub fn is_transient(&self) -> bool {
         match self {
-            SnapshotError::Query(e) => {
-                let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
-                // 57P0x: the server is shutting down or starting; 08: connection.
-                let state = e.as_db_error().map(|d| d.code().code());
-                e.is_closed()
-                    || io
-                    || state.is_some_and(|c| c.starts_with("57P0") || c.starts_with("08"))
-            }
+            // The one fault policy: a lost connection, a server shutting
+            // down or starting, overload, ... (see `cdc_core::fault`).
+            SnapshotError::Query(e) => crate::pg_error::fault(e).is_transient(),
             SnapshotError::Replication(e) => e.is_transient(),
             _ => false,
         }
