@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cdc_core::{types, Lsn, Value};
-use cdc_runtime::config::Config;
 use cdc_runtime::event::{ChangeEvent, ColumnSchema, Operation, Row, SourceInfo, TableSchema};
-use cdc_runtime::job::{self, RunOptions};
 use cdc_runtime::sinks::{PgTableSink, PgTableSinkOptions, Sink, SinkError};
 use checkpoint_api::{CheckpointStore, JobName};
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
 use integration_tests::{TestDatabase, TestPostgres};
+use pgcdc::config::Config;
+use pgcdc::RunOptions;
 use tokio::sync::oneshot;
 use tokio_postgres::Client;
 
@@ -208,7 +208,7 @@ async fn kill_the_sink_while_streaming(name: &str, during_commit: bool) {
     let (stop, stopped) = oneshot::channel::<()>();
     let job_config = config.clone();
     let task = tokio::spawn(async move {
-        job::run(&job_config, &RunOptions::default(), async move {
+        pgcdc::run(&job_config, &RunOptions::default(), async move {
             let _ = stopped.await;
         })
         .await
