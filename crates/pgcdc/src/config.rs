@@ -57,7 +57,6 @@
 //!
 //! Passwords never appear in `Debug` output or error messages.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -69,48 +68,22 @@ use cdc_runtime::encoding::{DebeziumOptions, JsonFormat};
 use cdc_runtime::pipeline::{
     DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY, DEFAULT_STATUS_INTERVAL,
 };
-use cdc_runtime::replication::{ReplicationConfig, RootCertSource, SslMode};
+use cdc_runtime::replication::SslMode;
 pub use cdc_runtime::source::TableRef;
 
 mod build;
 mod checkpoint;
 mod env;
 mod location;
+mod secret;
 mod snapshot;
+mod source;
 
 pub use checkpoint::{CheckpointConfig, ConfirmSetting, OperatorConfig};
 pub use env::{unknown_env_vars, UnknownEnvVar, ENV_VARS};
 pub use location::{line_column, Location};
+pub use secret::Secret;
 pub use snapshot::{ModeSetting, SnapshotConfig};
-
-/// A string that is never printed: `Debug` and `Display` show `***`.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The secret itself; do not log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("\"***\"")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
 
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -548,67 +521,6 @@ impl Config {
     /// The status update interval.
     pub fn status_interval(&self) -> Duration {
         Duration::from_secs(self.pipeline.status_interval_secs)
-    }
-}
-
-impl SourceConfig {
-    /// Resolves the password from `password`, `password_file` or `password_env`.
-    pub fn resolve_password(&self) -> Result<Option<Secret>, ConfigFileError> {
-        if let Some(p) = &self.password {
-            return Ok(Some(p.clone()));
-        }
-        if let Some(path) = &self.password_file {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                invalid(
-                    "source.password_file",
-                    format!("cannot read {}: {e}", path.display()),
-                )
-            })?;
-            return Ok(Some(Secret(text.trim_end_matches(['\r', '\n']).to_owned())));
-        }
-        if let Some(name) = &self.password_env {
-            return std::env::var(name).map(|v| Some(Secret(v))).map_err(|_| {
-                invalid(
-                    "source.password_env",
-                    format!("environment variable {name} is not set"),
-                )
-            });
-        }
-        Ok(None)
-    }
-
-    /// The replication connection settings.
-    pub fn replication_config(&self) -> Result<ReplicationConfig, ConfigFileError> {
-        let mut config = ReplicationConfig::new(self.user.clone())
-            .host(self.host.clone())
-            .port(self.port)
-            .dbname(self.database.clone())
-            .application_name("pgcdc");
-        if let Some(p) = self.resolve_password()? {
-            config = config.password(p.expose());
-        }
-        if let Some(mode) = &self.sslmode {
-            let mode =
-                SslMode::from_str(mode).map_err(|e| invalid("source.sslmode", e.to_string()))?;
-            config = config.sslmode(mode);
-        }
-        if let Some(root) = &self.sslrootcert {
-            let source = if root == "system" {
-                RootCertSource::System
-            } else {
-                RootCertSource::File(root.into())
-            };
-            config = config.sslrootcert(source);
-        }
-        Ok(config)
-    }
-
-    /// The configured tables, parsed.
-    pub fn table_refs(&self) -> Result<Vec<TableRef>, ConfigFileError> {
-        self.tables
-            .iter()
-            .map(|t| table_ref("source.tables", t))
-            .collect()
     }
 }
 

@@ -157,7 +157,7 @@ impl Config {
             s.user = v;
         }
         if let Some(v) = var("password") {
-            s.password = Some(Secret(v));
+            s.password = Some(Secret::new(v));
             s.password_file = None;
             s.password_env = None;
         }

@@ -1,12 +1,9 @@
 //! Applies changes to tables of a target PostgreSQL database.
 
 use std::collections::HashMap;
-use std::error::Error as StdError;
-use std::fmt::Write as _;
 
-use bytes::BytesMut;
-use cdc_core::{Array, Lsn, Value};
-use tokio_postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
+use cdc_core::Lsn;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use checkpoint_api::{Checkpoint, CheckpointError, CheckpointMeta, Lease};
@@ -17,6 +14,15 @@ use crate::replication::ReplicationConfig;
 use crate::tls_connect::PgClientSettings;
 
 use super::{Sink, SinkError};
+
+mod commit;
+mod statements;
+mod text;
+
+use statements::{delete_by_key, upsert};
+use text::TextParam;
+
+pub(crate) use cdc_core::sql::quote_ident;
 
 /// A table name on the target (unquoted; the sink quotes it).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -387,92 +393,6 @@ impl PgTableSink {
     }
 }
 
-fn delete_by_key(
-    target: &str,
-    table: &TableSchema,
-    keys: &[usize],
-    row: &[Value<'_>],
-) -> Result<(String, Vec<TextParam>), SinkError> {
-    let mut sql = format!("DELETE FROM {target} WHERE ");
-    let mut params = Vec::with_capacity(keys.len());
-    for (n, &k) in keys.iter().enumerate() {
-        let (col, v) = column(table, row, k)?;
-        if n > 0 {
-            sql.push_str(" AND ");
-        }
-        let _ = write!(sql, "{} = ${}", quote_ident(&col.name), n + 1);
-        params.push(TextParam(pg_text(table, &col.name, v)?));
-    }
-    Ok((sql, params))
-}
-
-fn upsert(
-    target: &str,
-    table: &TableSchema,
-    keys: &[usize],
-    row: &[Value<'_>],
-) -> Result<(String, Vec<TextParam>), SinkError> {
-    let mut cols = String::new();
-    let mut values = String::new();
-    let mut set = String::new();
-    let mut params = Vec::with_capacity(row.len());
-    for (i, col) in table.columns.iter().enumerate() {
-        let v = row
-            .get(i)
-            .ok_or(SinkError::Malformed("row shorter than its table"))?;
-        if matches!(v, Value::UnchangedToast) {
-            if keys.contains(&i) {
-                return Err(SinkError::Malformed(
-                    "key column is an unchanged TOAST value",
-                ));
-            }
-            continue;
-        }
-        let name = quote_ident(&col.name);
-        if !params.is_empty() {
-            cols.push(',');
-            values.push(',');
-        }
-        params.push(TextParam(pg_text(table, &col.name, v)?));
-        cols.push_str(&name);
-        let _ = write!(values, "${}", params.len());
-        if !keys.contains(&i) {
-            if !set.is_empty() {
-                set.push(',');
-            }
-            let _ = write!(set, "{name} = EXCLUDED.{name}");
-        }
-    }
-    let key_list = keys
-        .iter()
-        .filter_map(|&k| table.columns.get(k))
-        .map(|c| quote_ident(&c.name))
-        .collect::<Vec<_>>()
-        .join(",");
-    let action = if set.is_empty() {
-        "NOTHING".to_owned()
-    } else {
-        format!("UPDATE SET {set}")
-    };
-    Ok((
-        format!(
-            "INSERT INTO {target} ({cols}) VALUES ({values}) ON CONFLICT ({key_list}) DO {action}"
-        ),
-        params,
-    ))
-}
-
-fn column<'a>(
-    table: &'a TableSchema,
-    row: &'a [Value<'a>],
-    i: usize,
-) -> Result<(&'a crate::event::ColumnSchema, &'a Value<'a>), SinkError> {
-    match (table.columns.get(i), row.get(i)) {
-        (Some(c), Some(v)) => Ok((c, v)),
-        _ => Err(SinkError::Malformed("row shorter than its table")),
-    }
-}
-
 #[async_trait::async_trait]
 impl Sink for PgTableSink {
     async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
@@ -602,262 +522,6 @@ fn txn_error(what: &'static str, e: tokio_postgres::Error) -> CheckpointError {
     } else {
         CheckpointError::backend(message, e)
     }
-}
-
-impl PgTableSink {
-    /// [`Sink::commit_checkpoint`] without the clean-up after an error.
-    async fn save_and_commit(
-        &mut self,
-        checkpoint: &Checkpoint,
-        lease: &Lease,
-        keep: usize,
-    ) -> Result<CheckpointMeta, CheckpointError> {
-        let (Some(store), Some(client)) = (self.checkpoints.as_ref(), self.client.as_ref()) else {
-            return Err(CheckpointError::Backend {
-                message: "the postgres sink is closed or does not commit checkpoints".into(),
-                source: None,
-            });
-        };
-        if self.commit_unknown.take() == Some(checkpoint.id) {
-            // The last attempt's COMMIT lost its connection, maybe after the
-            // server committed. If it did, the replay before this retry was
-            // skipped by the progress row it committed: nothing is left to
-            // write, and saving the checkpoint again would be refused.
-            use checkpoint_api::CheckpointStore as _;
-            if let Some(meta) = store
-                .list(&checkpoint.job)
-                .await?
-                .into_iter()
-                .find(|m| m.describes(checkpoint))
-            {
-                tracing::info!(checkpoint = %checkpoint.id, "the checkpoint's interrupted COMMIT had succeeded");
-                return Ok(meta);
-            }
-        }
-        if !self.open {
-            client
-                .batch_execute("BEGIN")
-                .await
-                .map_err(|e| txn_error("begin", e))?;
-            self.open = true;
-        }
-        let meta = store.save_in(client, lease, checkpoint, keep).await?;
-        self.open = false;
-        if let Err(e) = client.batch_execute("COMMIT").await {
-            if crate::pg_error::fault(&e).is_transient() {
-                self.commit_unknown = Some(checkpoint.id);
-            }
-            return Err(txn_error("commit", e));
-        }
-        Ok(meta)
-    }
-
-    /// Runs `ops` in order, pipelined: in a transaction of their own, or
-    /// when checkpoints are committed with the writes, in the open one. On
-    /// an error, the index of the statement that failed, if one did.
-    async fn execute(
-        &mut self,
-        ops: &[(String, Vec<TextParam>)],
-    ) -> Result<(), (Option<usize>, SinkError)> {
-        let client = self.client.as_ref().ok_or((None, SinkError::Closed))?;
-        let own_transaction = self.checkpoints.is_none();
-        if own_transaction || !self.open {
-            client
-                .batch_execute("BEGIN")
-                .await
-                .map_err(|e| (None, e.into()))?;
-            self.open = true;
-        }
-        for (i, (sql, _)) in ops.iter().enumerate() {
-            if !self.statements.contains_key(sql) {
-                let stmt = client.prepare(sql).await.map_err(|e| (Some(i), e.into()))?;
-                self.statements.insert(sql.clone(), stmt);
-            }
-        }
-        let mut calls = Vec::with_capacity(ops.len());
-        for (sql, params) in ops {
-            let stmt = self
-                .statements
-                .get(sql)
-                .ok_or((None, SinkError::Malformed("statement not prepared")))?;
-            let refs: Vec<&(dyn ToSql + Sync)> =
-                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-            calls.push((stmt, refs));
-        }
-        // tokio-postgres pipelines requests polled together; they run in
-        // order, so the first error to arrive is the first statement that
-        // failed (the ones after it fail as "in failed transaction").
-        futures_util::future::try_join_all(calls.iter().enumerate().map(|(i, (stmt, refs))| {
-            use futures_util::TryFutureExt as _;
-            client
-                .execute(*stmt, refs)
-                .map_err(move |e| (Some(i), SinkError::from(e)))
-        }))
-        .await?;
-        if own_transaction {
-            self.open = false;
-            client
-                .batch_execute("COMMIT")
-                .await
-                .map_err(|e| (None, e.into()))?;
-        }
-        Ok(())
-    }
-}
-
-/// A parameter sent in text format, whatever the column type.
-#[derive(Debug)]
-struct TextParam(Option<String>);
-
-impl ToSql for TextParam {
-    fn to_sql(
-        &self,
-        _ty: &Type,
-        out: &mut BytesMut,
-    ) -> Result<IsNull, Box<dyn StdError + Sync + Send>> {
-        match &self.0 {
-            None => Ok(IsNull::Yes),
-            Some(s) => {
-                out.extend_from_slice(s.as_bytes());
-                Ok(IsNull::No)
-            }
-        }
-    }
-
-    fn accepts(_ty: &Type) -> bool {
-        true
-    }
-
-    fn encode_format(&self, _ty: &Type) -> Format {
-        Format::Text
-    }
-
-    to_sql_checked!();
-}
-
-pub(crate) use cdc_core::sql::quote_ident;
-
-/// The value in its type's text input syntax (`None` for NULL).
-fn pg_text(table: &TableSchema, column: &str, v: &Value<'_>) -> Result<Option<String>, SinkError> {
-    let unrepresentable = || SinkError::Unrepresentable {
-        schema: table.schema.clone(),
-        table: table.table.clone(),
-        column: column.into(),
-        type_name: v.type_name(),
-    };
-    if v.is_null() {
-        return Ok(None);
-    }
-    let mut s = String::new();
-    write_text(&mut s, v).ok_or_else(unrepresentable)?;
-    Ok(Some(s))
-}
-
-fn write_text(s: &mut String, v: &Value<'_>) -> Option<()> {
-    match v {
-        Value::Null | Value::UnchangedToast | Value::OtherBinary { .. } => return None,
-        Value::Bool(b) => s.push(if *b { 't' } else { 'f' }),
-        Value::Int2(x) => write!(s, "{x}").ok()?,
-        Value::Int4(x) => write!(s, "{x}").ok()?,
-        Value::Int8(x) => write!(s, "{x}").ok()?,
-        Value::Oid(x) => write!(s, "{x}").ok()?,
-        Value::Float4(x) => write_float(s, f64::from(*x), || x.to_string()),
-        Value::Float8(x) => write_float(s, *x, || x.to_string()),
-        Value::Numeric(n) => s.push_str(n.as_str()),
-        Value::Text(t) | Value::Json(t) | Value::Jsonb(t) => s.push_str(t),
-        Value::Other { text, .. } => s.push_str(text),
-        Value::Char(0) => {}
-        Value::Char(c) if c.is_ascii() => s.push(char::from(*c)),
-        Value::Char(c) => write!(s, "\\{c:03o}").ok()?,
-        Value::Bytea(b) => {
-            s.reserve(2 + b.len() * 2);
-            s.push_str("\\x");
-            for byte in b.iter() {
-                write!(s, "{byte:02x}").ok()?;
-            }
-        }
-        Value::Uuid(x) => write!(s, "{x}").ok()?,
-        Value::Date(x) => write!(s, "{x}").ok()?,
-        Value::Time(x) => write!(s, "{x}").ok()?,
-        Value::TimeTz(x) => write!(s, "{x}").ok()?,
-        Value::Timestamp(x) => write!(s, "{x}").ok()?,
-        Value::TimestampTz(x) => write!(s, "{x}").ok()?,
-        Value::Interval(x) => write!(s, "{x}").ok()?,
-        Value::Inet(x) => write!(s, "{x}").ok()?,
-        Value::MacAddr(x) => write!(s, "{x}").ok()?,
-        Value::MacAddr8(x) => write!(s, "{x}").ok()?,
-        Value::PgLsn(x) => write!(s, "{x}").ok()?,
-        Value::Array(a) => write_array(s, a)?,
-        #[allow(unreachable_patterns)]
-        _ => return None,
-    }
-    Some(())
-}
-
-fn write_float(s: &mut String, x: f64, finite: impl FnOnce() -> String) {
-    if x.is_nan() {
-        s.push_str("NaN");
-    } else if x == f64::INFINITY {
-        s.push_str("Infinity");
-    } else if x == f64::NEG_INFINITY {
-        s.push_str("-Infinity");
-    } else {
-        s.push_str(&finite());
-    }
-}
-
-/// An array literal: `[2:3]={"a","b"}`, elements quoted, `NULL` unquoted.
-fn write_array(s: &mut String, a: &Array<'_>) -> Option<()> {
-    let dims = a.dims();
-    if dims.iter().any(|d| d.lower_bound != 1) {
-        for d in dims {
-            let upper = i64::from(d.lower_bound) + i64::from(d.len) - 1;
-            write!(s, "[{}:{}]", d.lower_bound, upper).ok()?;
-        }
-        s.push('=');
-    }
-    let lens: Vec<usize> = dims
-        .iter()
-        .map(|d| usize::try_from(d.len).unwrap_or(0))
-        .collect();
-    let mut elements = a.elements().iter();
-    write_array_dim(s, &lens, &mut elements)
-}
-
-fn write_array_dim<'v>(
-    s: &mut String,
-    dims: &[usize],
-    elements: &mut impl Iterator<Item = &'v Value<'v>>,
-) -> Option<()> {
-    s.push('{');
-    if let Some((&len, inner)) = dims.split_first() {
-        for i in 0..len {
-            if i > 0 {
-                s.push(',');
-            }
-            if inner.is_empty() {
-                let v = elements.next()?;
-                if v.is_null() {
-                    s.push_str("NULL");
-                } else {
-                    let mut text = String::new();
-                    write_text(&mut text, v)?;
-                    s.push('"');
-                    for c in text.chars() {
-                        if c == '"' || c == '\\' {
-                            s.push('\\');
-                        }
-                        s.push(c);
-                    }
-                    s.push('"');
-                }
-            } else {
-                write_array_dim(s, inner, elements)?;
-            }
-        }
-    }
-    s.push('}');
-    Some(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,70 @@
+//! `[source]`: the password, the replication connection and the tables.
+
+use std::str::FromStr;
+
+use cdc_runtime::replication::{ReplicationConfig, RootCertSource, SslMode};
+
+use super::{invalid, table_ref, ConfigFileError, Secret, SourceConfig, TableRef};
+
+impl SourceConfig {
+    /// Resolves the password from `password`, `password_file` or `password_env`.
+    pub fn resolve_password(&self) -> Result<Option<Secret>, ConfigFileError> {
+        if let Some(p) = &self.password {
+            return Ok(Some(p.clone()));
+        }
+        if let Some(path) = &self.password_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                invalid(
+                    "source.password_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            return Ok(Some(Secret::new(text.trim_end_matches(['\r', '\n']))));
+        }
+        if let Some(name) = &self.password_env {
+            return std::env::var(name)
+                .map(|v| Some(Secret::new(v)))
+                .map_err(|_| {
+                    invalid(
+                        "source.password_env",
+                        format!("environment variable {name} is not set"),
+                    )
+                });
+        }
+        Ok(None)
+    }
+
+    /// The replication connection settings.
+    pub fn replication_config(&self) -> Result<ReplicationConfig, ConfigFileError> {
+        let mut config = ReplicationConfig::new(self.user.clone())
+            .host(self.host.clone())
+            .port(self.port)
+            .dbname(self.database.clone())
+            .application_name("pgcdc");
+        if let Some(p) = self.resolve_password()? {
+            config = config.password(p.expose());
+        }
+        if let Some(mode) = &self.sslmode {
+            let mode =
+                SslMode::from_str(mode).map_err(|e| invalid("source.sslmode", e.to_string()))?;
+            config = config.sslmode(mode);
+        }
+        if let Some(root) = &self.sslrootcert {
+            let source = if root == "system" {
+                RootCertSource::System
+            } else {
+                RootCertSource::File(root.into())
+            };
+            config = config.sslrootcert(source);
+        }
+        Ok(config)
+    }
+
+    /// The configured tables, parsed.
+    pub fn table_refs(&self) -> Result<Vec<TableRef>, ConfigFileError> {
+        self.tables
+            .iter()
+            .map(|t| table_ref("source.tables", t))
+            .collect()
+    }
+}
