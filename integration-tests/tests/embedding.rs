@@ -222,3 +222,48 @@ async fn an_embedded_job_restores_its_own_operator_and_counts_each_insert_once()
         "the job's configuration fingerprint"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_stops_at_once_when_shut_down_while_starting() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE items (id bigint PRIMARY KEY)")
+        .await
+        .unwrap();
+    // Another instance holds the job's lock: starting waits for it
+    // (up to LOCK_WAIT) before it could fail.
+    let rc: ReplicationConfig = db.replication_connection_string().parse().unwrap();
+    let holder = StoreOptions::new(rc.clone()).open().await.unwrap();
+    let _held = cdc_runtime::job::JobLock::acquire(holder.pool(), "embed_slot")
+        .await
+        .unwrap();
+
+    let run = start(&db, InsertCounter::default(), Collect::default());
+    let started = std::time::Instant::now();
+    eventually("the job waiting for its lock", TIMEOUT, || async {
+        let waiting: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (waiting > 0).then_some(())
+    })
+    .await;
+    run.stop.send(()).unwrap();
+    let progress = tokio::time::timeout(cdc_runtime::job::LOCK_WAIT, run.task)
+        .await
+        .expect("the job heard the shutdown while waiting for the lock")
+        .unwrap()
+        .unwrap();
+    assert!(
+        started.elapsed() < cdc_runtime::job::LOCK_WAIT,
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(progress, Progress::default(), "nothing streamed");
+}

@@ -129,150 +129,30 @@ impl Job {
         shutdown: impl Future<Output = ()>,
         watched: Option<watch::Sender<Progress>>,
     ) -> Result<Progress, JobError> {
-        let fingerprint = self.builder.fingerprint();
-        let JobBuilder {
-            source,
-            sinks: job_sinks,
-            operators,
+        // Shutdown is heard while the job starts too (connecting, waiting for
+        // the lock, recovering, creating the slot): stopping then streams
+        // nothing, and what was set up stays for the next start.
+        tokio::pin!(shutdown);
+        let started = tokio::select! {
+            started = start(self.builder) => started?,
+            _ = shutdown.as_mut() => {
+                tracing::info!("shutdown requested while the job was starting; stopped before streaming");
+                return Ok(Progress::default());
+            }
+        };
+        let Some(Started {
+            pipeline,
+            mode,
+            created_slot,
+            replication: rc,
+            slot,
             checkpoints,
-            snapshot: snapshot_settings,
-            tuning,
-            from_checkpoint,
-        } = self.builder;
-        let mode = snapshot_settings.mode;
-        let rc = source.replication.clone();
-        tracing::info!(connection = %rc, "connecting");
-        let mut conn = ReplicationConnection::connect(&rc).await?;
-        // The slot as it was before anything is created: a job with a
-        // checkpoint must not silently get a new slot.
-        let slot_before = slot_state(&mut conn, &source.slot).await?;
-
-        let mut checkpointing = None;
-        if let Some(cc) = &checkpoints {
-            let store = cc.store.open().await?;
-            let job = match &cc.job {
-                Some(j) => j.clone(),
-                None => JobName::new(source.slot.clone()).map_err(|e| JobError::Invalid {
-                    key: "checkpoint.job".into(),
-                    reason: e.to_string(),
-                })?,
-            };
-            let lock = JobLock::acquire(store.pool(), job.as_str()).await?;
-            let owner = OwnerId::new(owner_id()).map_err(|e| JobError::Invalid {
-                key: "checkpoint.job".into(),
-                reason: e.to_string(),
-            })?;
-            let recovered = recover(
-                &store,
-                &source.slot,
-                slot_before.as_ref(),
-                &RecoveryOptions {
-                    job,
-                    owner,
-                    from_checkpoint,
-                    trust_slot: cc.trust_slot,
-                },
-            )
-            .await?;
-            if let Some(cp) = recovered.checkpoint.as_ref().map(|c| &c.checkpoint) {
-                if !cp.config_fingerprint.is_empty() && cp.config_fingerprint != fingerprint {
-                    tracing::info!(checkpoint = %cp.id,
-                        "the job's configuration (tables, operators or sinks) changed since this checkpoint was taken");
-                }
-            }
-            checkpointing = Some((store, lock, recovered, cc));
-        }
-
-        let report = prepare(&mut conn, &source, SetupMode::Create).await?;
-        let _ = conn.close().await;
-
-        // A restored checkpoint decides: continue its snapshot if unfinished.
-        // Otherwise the mode does; without checkpoints nothing records that a
-        // snapshot finished, so it is taken only with a new slot.
-        let snapshot_wanted = match checkpointing.as_ref().map(|c| &c.2.checkpoint) {
-            Some(Some(cp)) => cp.checkpoint.snapshot.as_ref().is_some_and(|p| !p.complete),
-            Some(None) => mode.snapshots(),
-            None if mode.snapshots() && !report.created_slot => {
-                tracing::info!(slot = %source.slot, "the slot exists and no checkpoint records a snapshot: streaming without one");
-                false
-            }
-            None => mode.snapshots(),
-        };
-        let snapshot = if snapshot_wanted {
-            Some(snapshot_plan(&source, &snapshot_settings).await?)
-        } else {
-            None
-        };
-        if mode == StartupMode::SnapshotOnly && snapshot.is_none() {
-            tracing::info!("snapshot_only: there is no snapshot to take; stopping");
+            _lock,
+            _heartbeat,
+        }) = started
+        else {
             return Ok(Progress::default());
-        }
-
-        let mut sinks: Vec<Box<dyn crate::sinks::Sink>> = Vec::with_capacity(job_sinks.len());
-        for s in job_sinks {
-            match s {
-                JobSink::Custom(sink) => sinks.push(sink),
-                JobSink::Open(options) => {
-                    // One sink at most commits the checkpoints with its writes.
-                    let store = match sinks.iter().any(|s| s.commits_checkpoints()) {
-                        true => None,
-                        false => checkpointing.as_ref().map(|c| &c.0),
-                    };
-                    sinks.push(
-                        open_sink(&options, &source.slot, store)
-                            .await
-                            .map_err(JobError::Sink)?,
-                    );
-                }
-            }
-        }
-
-        let mut po = PipelineOptions::new(rc.clone(), &source.slot, &source.publication);
-        po.start_lsn = match mode {
-            StartupMode::FromLsn => snapshot_settings.start_lsn,
-            _ => None,
         };
-        po.batch_size = tuning.batch_size;
-        po.byte_budget = tuning.byte_budget;
-        if let Some(dir) = &tuning.spill_dir {
-            po.spill_dir = dir.clone();
-        }
-        po.status_interval = tuning.status_interval;
-        po.channel_capacity = tuning.channel_capacity;
-
-        let mut _lock = None;
-        let mut pipeline = match checkpointing {
-            Some((store, lock, recovered, cc)) => {
-                _lock = Some(lock);
-                // A restored checkpoint wins over a configured start position.
-                if recovered.checkpoint.is_some() {
-                    po.start_lsn = recovered.start_lsn;
-                }
-                let copts = CheckpointOptions {
-                    store: Arc::new(store),
-                    lease: recovered.lease,
-                    interval: cc.interval,
-                    max_bytes: cc.max_bytes,
-                    keep: cc.keep,
-                    confirm: cc.confirm,
-                    retained: recovered.retained,
-                    resume: recovered.checkpoint.map(|c| c.checkpoint),
-                    next_id: recovered.next_id,
-                    config_fingerprint: fingerprint,
-                };
-                Pipeline::new(po, sinks)
-                    .with_operators(operators)
-                    .with_checkpoints(copts)
-            }
-            None => Pipeline::new(po, sinks).with_operators(operators),
-        };
-        if let Some(plan) = snapshot {
-            pipeline = pipeline.with_snapshot(plan);
-        }
-        let _heartbeat = source
-            .heartbeat_interval
-            .filter(|d| !d.is_zero())
-            .map(|every| AbortOnDrop(tokio::spawn(heartbeat::beat(rc.clone(), every))));
         let _forward = watched.map(|tx| {
             let mut rx = pipeline.progress();
             AbortOnDrop(tokio::spawn(async move {
@@ -293,29 +173,201 @@ impl Job {
             let progress = pipeline
                 .run(async {
                     tokio::select! {
-                        _ = shutdown => {}
+                        _ = shutdown.as_mut() => {}
                         _ = done => tracing::info!("snapshot_only: the snapshot is complete; stopping"),
                     }
                 })
                 .await?;
-            if progress.snapshot == SnapshotState::Complete && report.created_slot {
+            if progress.snapshot == SnapshotState::Complete && created_slot {
                 let mut conn = ReplicationConnection::connect(&rc).await?;
-                conn.drop_replication_slot(&source.slot, true).await?;
+                conn.drop_replication_slot(&slot, true).await?;
                 let _ = conn.close().await;
-                tracing::info!(slot = %source.slot, "snapshot_only: dropped the slot created for it");
+                tracing::info!(slot = %slot, "snapshot_only: dropped the slot created for it");
             }
             progress
         } else {
             pipeline.run(shutdown).await?
         };
-        if progress.snapshot == SnapshotState::Running && checkpoints.is_none() {
-            tracing::warn!(slot = %source.slot,
+        if progress.snapshot == SnapshotState::Running && !checkpoints {
+            tracing::warn!(slot = %slot,
                 "the initial snapshot did not finish, and without checkpoints nothing records how far it got: the next start streams without it. Drop the slot to take the snapshot again, or configure checkpoints so a snapshot resumes");
         }
         tracing::info!(confirmed = %progress.confirmed, events = progress.events,
             reconnects = progress.reconnects, checkpoints = progress.checkpoints.saved, "stopped cleanly");
         Ok(progress)
     }
+}
+
+/// A job that has started: its pipeline is built and nothing streams yet.
+struct Started {
+    pipeline: Pipeline,
+    mode: StartupMode,
+    created_slot: bool,
+    replication: crate::replication::ReplicationConfig,
+    slot: String,
+    checkpoints: bool,
+    _lock: Option<JobLock>,
+    _heartbeat: Option<AbortOnDrop>,
+}
+
+/// Everything before streaming: the slot's state, the lock and lease,
+/// recovery, the server's set-up, the snapshot plan, the sinks. `None`:
+/// there is nothing to do (`snapshot_only` with no snapshot to take).
+async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
+    let fingerprint = builder.fingerprint();
+    let JobBuilder {
+        source,
+        sinks: job_sinks,
+        operators,
+        checkpoints,
+        snapshot: snapshot_settings,
+        tuning,
+        from_checkpoint,
+    } = builder;
+    let mode = snapshot_settings.mode;
+    let rc = source.replication.clone();
+    tracing::info!(connection = %rc, "connecting");
+    let mut conn = ReplicationConnection::connect(&rc).await?;
+    // The slot as it was before anything is created: a job with a
+    // checkpoint must not silently get a new slot.
+    let slot_before = slot_state(&mut conn, &source.slot).await?;
+
+    let mut checkpointing = None;
+    if let Some(cc) = &checkpoints {
+        let store = cc.store.open().await?;
+        let job = match &cc.job {
+            Some(j) => j.clone(),
+            None => JobName::new(source.slot.clone()).map_err(|e| JobError::Invalid {
+                key: "checkpoint.job".into(),
+                reason: e.to_string(),
+            })?,
+        };
+        let lock = JobLock::acquire(store.pool(), job.as_str()).await?;
+        let owner = OwnerId::new(owner_id()).map_err(|e| JobError::Invalid {
+            key: "checkpoint.job".into(),
+            reason: e.to_string(),
+        })?;
+        let recovered = recover(
+            &store,
+            &source.slot,
+            slot_before.as_ref(),
+            &RecoveryOptions {
+                job,
+                owner,
+                from_checkpoint,
+                trust_slot: cc.trust_slot,
+            },
+        )
+        .await?;
+        if let Some(cp) = recovered.checkpoint.as_ref().map(|c| &c.checkpoint) {
+            if !cp.config_fingerprint.is_empty() && cp.config_fingerprint != fingerprint {
+                tracing::info!(checkpoint = %cp.id,
+                        "the job's configuration (tables, operators or sinks) changed since this checkpoint was taken");
+            }
+        }
+        checkpointing = Some((store, lock, recovered, cc));
+    }
+
+    let report = prepare(&mut conn, &source, SetupMode::Create).await?;
+    let _ = conn.close().await;
+
+    // A restored checkpoint decides: continue its snapshot if unfinished.
+    // Otherwise the mode does; without checkpoints nothing records that a
+    // snapshot finished, so it is taken only with a new slot.
+    let snapshot_wanted = match checkpointing.as_ref().map(|c| &c.2.checkpoint) {
+        Some(Some(cp)) => cp.checkpoint.snapshot.as_ref().is_some_and(|p| !p.complete),
+        Some(None) => mode.snapshots(),
+        None if mode.snapshots() && !report.created_slot => {
+            tracing::info!(slot = %source.slot, "the slot exists and no checkpoint records a snapshot: streaming without one");
+            false
+        }
+        None => mode.snapshots(),
+    };
+    let snapshot = if snapshot_wanted {
+        Some(snapshot_plan(&source, &snapshot_settings).await?)
+    } else {
+        None
+    };
+    if mode == StartupMode::SnapshotOnly && snapshot.is_none() {
+        tracing::info!("snapshot_only: there is no snapshot to take; stopping");
+        return Ok(None);
+    }
+
+    let mut sinks: Vec<Box<dyn crate::sinks::Sink>> = Vec::with_capacity(job_sinks.len());
+    for s in job_sinks {
+        match s {
+            JobSink::Custom(sink) => sinks.push(sink),
+            JobSink::Open(options) => {
+                // One sink at most commits the checkpoints with its writes.
+                let store = match sinks.iter().any(|s| s.commits_checkpoints()) {
+                    true => None,
+                    false => checkpointing.as_ref().map(|c| &c.0),
+                };
+                sinks.push(
+                    open_sink(&options, &source.slot, store)
+                        .await
+                        .map_err(JobError::Sink)?,
+                );
+            }
+        }
+    }
+
+    let mut po = PipelineOptions::new(rc.clone(), &source.slot, &source.publication);
+    po.start_lsn = match mode {
+        StartupMode::FromLsn => snapshot_settings.start_lsn,
+        _ => None,
+    };
+    po.batch_size = tuning.batch_size;
+    po.byte_budget = tuning.byte_budget;
+    if let Some(dir) = &tuning.spill_dir {
+        po.spill_dir = dir.clone();
+    }
+    po.status_interval = tuning.status_interval;
+    po.channel_capacity = tuning.channel_capacity;
+
+    let mut _lock = None;
+    let mut pipeline = match checkpointing {
+        Some((store, lock, recovered, cc)) => {
+            _lock = Some(lock);
+            // A restored checkpoint wins over a configured start position.
+            if recovered.checkpoint.is_some() {
+                po.start_lsn = recovered.start_lsn;
+            }
+            let copts = CheckpointOptions {
+                store: Arc::new(store),
+                lease: recovered.lease,
+                interval: cc.interval,
+                max_bytes: cc.max_bytes,
+                keep: cc.keep,
+                confirm: cc.confirm,
+                retained: recovered.retained,
+                resume: recovered.checkpoint.map(|c| c.checkpoint),
+                next_id: recovered.next_id,
+                config_fingerprint: fingerprint,
+            };
+            Pipeline::new(po, sinks)
+                .with_operators(operators)
+                .with_checkpoints(copts)
+        }
+        None => Pipeline::new(po, sinks).with_operators(operators),
+    };
+    if let Some(plan) = snapshot {
+        pipeline = pipeline.with_snapshot(plan);
+    }
+    let heartbeat = source
+        .heartbeat_interval
+        .filter(|d| !d.is_zero())
+        .map(|every| AbortOnDrop(tokio::spawn(heartbeat::beat(rc.clone(), every))));
+    Ok(Some(Started {
+        pipeline,
+        mode,
+        created_slot: report.created_slot,
+        replication: rc,
+        slot: source.slot,
+        checkpoints: checkpoints.is_some(),
+        _lock,
+        _heartbeat: heartbeat,
+    }))
 }
 
 /// The published tables, read from the source's catalog.
