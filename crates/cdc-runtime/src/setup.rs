@@ -82,9 +82,11 @@ impl SetupError {
 pub struct SetupReport {
     /// `server_version_num`.
     pub server_version_num: u32,
-    /// Whether the publication was created now.
+    /// Whether the publication was created now (with [`SetupMode::Plan`]:
+    /// whether it would be).
     pub created_publication: bool,
-    /// Whether the slot was created now.
+    /// Whether the slot was created now (with [`SetupMode::Plan`]: whether it
+    /// would be).
     pub created_slot: bool,
 }
 
@@ -93,8 +95,12 @@ pub struct SetupReport {
 pub enum SetupMode {
     /// Create the publication and slot when missing (as the config allows).
     Create,
-    /// Only check (`pgcdc validate`): nothing is created.
+    /// Only check: nothing is created, and a missing publication or slot
+    /// is an error.
     CheckOnly,
+    /// Check everything and report what [`SetupMode::Create`] would create
+    /// (as the config allows), creating nothing (`pgcdc validate`).
+    Plan,
 }
 
 async fn rows(
@@ -237,6 +243,9 @@ async fn publication(
     if mode == SetupMode::CheckOnly || !source.create_publication {
         return Err(SetupError::MissingPublication(name.clone()));
     }
+    if mode == SetupMode::Plan {
+        return Ok(true);
+    }
     let objects = if source.schemas().is_empty() {
         format!(
             "TABLE {}",
@@ -299,6 +308,9 @@ async fn slot(
     }
     if mode == SetupMode::CheckOnly || !source.create_slot {
         return Err(SetupError::MissingSlot(name.clone()));
+    }
+    if mode == SetupMode::Plan {
+        return Ok(true);
     }
     let created = conn
         .create_replication_slot(name, false, SnapshotAction::Nothing)

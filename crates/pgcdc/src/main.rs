@@ -152,94 +152,28 @@ async fn check_server(
 ) -> Result<Vec<String>, Failure> {
     let publication = &source.publication;
     let slot = &source.slot;
-    let (publication_line, slot_line) = match prepare(conn, source, SetupMode::CheckOnly).await {
-        Ok(_) => (
-            format!("publication {publication:?} exists and covers the tables"),
-            format!("slot {slot:?} exists (logical, pgoutput, this database)"),
-        ),
-        Err(SetupError::MissingPublication(_)) if source.create_publication => {
-            // prepare stops at the publication: check the slot here.
-            let slot_line = match check_slot(conn, source).await? {
-                true => format!("slot {slot:?} exists (logical, pgoutput, this database)"),
-                false => will_create_slot(source)?,
-            };
-            (
-                format!(
-                    "will create publication {publication:?} (source.create_publication = true)"
-                ),
-                slot_line,
-            )
-        }
-        Err(SetupError::MissingSlot(_)) if source.create_slot => (
-            format!("publication {publication:?} exists and covers the tables"),
-            will_create_slot(source)?,
-        ),
-        Err(e) => return Err(setup_failure(e)),
-    };
-    let version = conn
-        .server_version_num()
+    let report = prepare(conn, source, SetupMode::Plan)
         .await
-        .map_err(|e| Failure::new(ExitKind::of_connect(&e), e))?;
+        .map_err(setup_failure)?;
+    let publication_line = if report.created_publication {
+        format!("will create publication {publication:?} (source.create_publication = true)")
+    } else {
+        format!("publication {publication:?} exists and covers the tables")
+    };
+    let slot_line = if report.created_slot {
+        format!("will create slot {slot:?} (source.create_slot = true)")
+    } else {
+        format!("slot {slot:?} exists (logical, pgoutput, this database)")
+    };
     Ok(vec![
-        format!("server {version}, wal_level=logical, the tables exist"),
+        format!(
+            "server {}, wal_level=logical, the tables exist",
+            report.server_version_num
+        ),
         publication_line,
         slot_line,
         "ok: `pgcdc run` can start".to_owned(),
     ])
-}
-
-/// "will create slot", or the error `prepare` gives when it may not.
-fn will_create_slot(source: &SourceOptions) -> Result<String, Failure> {
-    if source.create_slot {
-        Ok(format!(
-            "will create slot {:?} (source.create_slot = true)",
-            source.slot
-        ))
-    } else {
-        Err(setup_failure(SetupError::MissingSlot(source.slot.clone())))
-    }
-}
-
-/// Whether the slot exists, checking it is usable as `prepare` does (a
-/// logical pgoutput slot of this database); `prepare` cannot be asked for the
-/// slot alone while the publication is missing.
-async fn check_slot(
-    conn: &mut ReplicationConnection,
-    source: &SourceOptions,
-) -> Result<bool, Failure> {
-    let name = &source.slot;
-    let sql = format!(
-        "SELECT slot_type, plugin, database FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
-        cdc_core::sql::quote_literal(name)
-    );
-    let results = conn
-        .simple_query(&sql)
-        .await
-        .map_err(|e| setup_failure(SetupError::Connection(e)))?;
-    let Some(row) = results.last().and_then(|r| r.rows().first()) else {
-        return Ok(false);
-    };
-    let get = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
-    let bad = |problem: String| {
-        setup_failure(SetupError::BadSlot {
-            slot: name.clone(),
-            problem,
-        })
-    };
-    if get(0) != "logical" {
-        return Err(bad(format!("is a {} slot, not a logical one", get(0))));
-    }
-    if get(1) != "pgoutput" {
-        return Err(bad(format!("uses plugin {:?}, not pgoutput", get(1))));
-    }
-    let database = source.replication.get_dbname();
-    if get(2) != database {
-        return Err(bad(format!(
-            "belongs to database {:?}, not {database:?}",
-            get(2)
-        )));
-    }
-    Ok(true)
 }
 
 async fn run(config: &Config, from_checkpoint: Option<u64>) -> Result<(), Failure> {
