@@ -1182,3 +1182,73 @@ async fn checkpoints_and_slot_status_print_json() {
         .unwrap();
     assert!(text(&out.stdout).contains(created), "{}", text(&out.stdout));
 }
+
+#[tokio::test]
+async fn the_log_has_status_lines_and_summarises_checkpoints_at_info() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE s (id int PRIMARY KEY); INSERT INTO s SELECT generate_series(1, 50)",
+        )
+        .await
+        .unwrap();
+    let dir = Workdir::new("status-log");
+    let config = write_config(
+        &dir,
+        db.connection_info(),
+        None,
+        &["s"],
+        "cli_status_log",
+        "[checkpoint]\ninterval_ms = 100",
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "status_interval_secs = 1\n",
+        "status_interval_secs = 1\nstatus_log_interval_secs = 1\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let stderr_path = config.with_extension("stderr");
+    let status_lines = || {
+        std::fs::read_to_string(&stderr_path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(" status ") && l.contains("events_per_sec="))
+            .count()
+    };
+    let mut pgcdc = Pgcdc::run(&config).unwrap_or_else(|e| panic!("{e}"));
+    await_cond(&mut pgcdc, "three status lines", || async {
+        status_lines() >= 3
+    })
+    .await;
+    let log = stop_cleanly(&mut pgcdc).await;
+    // About ten checkpoints a second were saved; INFO has a summary at
+    // most once a minute (the first at once), each one only at DEBUG.
+    let saved = client
+        .query_one("SELECT count(*) FROM pgcdc.checkpoints", &[])
+        .await
+        .map(|r| r.get::<_, i64>(0))
+        .unwrap_or(0);
+    assert!(saved >= 1, "{log}");
+    let summaries = log.matches("checkpoints saved (summary").count();
+    assert!(
+        (1..=2).contains(&summaries),
+        "{summaries} summaries:\n{log}"
+    );
+    assert!(
+        !log.contains("\"checkpoint saved\"") && !log.contains(" checkpoint saved "),
+        "{log}"
+    );
+    let line = log
+        .lines()
+        .find(|l| l.contains(" status ") && l.contains("events_per_sec="))
+        .unwrap();
+    for field in [
+        "events=",
+        "confirmed=",
+        "unconfirmed_bytes=",
+        "checkpoint_age=",
+        "snapshot=",
+    ] {
+        assert!(line.contains(field), "{field} missing: {line}");
+    }
+}

@@ -22,6 +22,7 @@
 //! byte_budget = 67108864        # streamed in-progress transactions held in memory, bytes
 //! # spill_dir = "/var/tmp/pgcdc" # where larger ones go; default: the system temp directory
 //! status_interval_secs = 10
+//! status_log_interval_secs = 30  # a status line in the log (events/s, lag, checkpoint age); 0: off
 //! # worker_threads = 2          # runtime threads (default: TOKIO_WORKER_THREADS, else min(cores, 2))
 //!
 //! [[sinks]]
@@ -263,6 +264,9 @@ pub struct PipelineConfig {
     pub status_interval_secs: u64,
     /// Batches buffered between the source and each sink (backpressure).
     pub channel_capacity: usize,
+    /// Seconds between status lines in the log (events/s, unconfirmed
+    /// bytes, newest checkpoint's age, snapshot); 0: none.
+    pub status_log_interval_secs: u64,
     /// Threads of the async runtime (`None`: `TOKIO_WORKER_THREADS` if set,
     /// else [`default_worker_threads`]).
     pub worker_threads: Option<usize>,
@@ -302,6 +306,7 @@ impl Default for PipelineConfig {
             spill_dir: None,
             status_interval_secs: DEFAULT_STATUS_INTERVAL.as_secs(),
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,
+            status_log_interval_secs: cdc_runtime::job::DEFAULT_STATUS_LOG_INTERVAL.as_secs(),
             worker_threads: None,
         }
     }

@@ -2,7 +2,7 @@
 //! background, and tells the pipeline how far the slot may move.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use cdc_core::Lsn;
 use checkpoint_api::{
@@ -81,6 +81,36 @@ pub(crate) struct Coordinator {
     /// Checkpoints are committed by a sink, in its own transaction, instead
     /// of saved through the store.
     in_sink: bool,
+    /// When the saves are summarised at INFO.
+    summary: SaveSummary,
+}
+
+/// Summarises saves at INFO at most once per [`SaveSummary::EVERY`]: the
+/// first save is logged at once, later ones are counted until a minute has
+/// passed since the last summary.
+#[derive(Debug, Default)]
+pub(crate) struct SaveSummary {
+    last: Option<Instant>,
+    saved: u64,
+}
+
+impl SaveSummary {
+    /// The shortest time between two summaries.
+    pub(crate) const EVERY: Duration = Duration::from_secs(60);
+
+    /// Counts a save at `now`; returns how many saves to report if a
+    /// summary is due.
+    pub(crate) fn saved(&mut self, now: Instant) -> Option<u64> {
+        self.saved += 1;
+        let due = self
+            .last
+            .is_none_or(|last| now.saturating_duration_since(last) >= Self::EVERY);
+        if !due {
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.saved))
+    }
 }
 
 impl Coordinator {
@@ -106,6 +136,7 @@ impl Coordinator {
             stats: CheckpointStats::default(),
             snapshot: opts.resume.as_ref().and_then(|c| c.snapshot.clone()),
             in_sink: false,
+            summary: SaveSummary::default(),
             opts,
         }
     }
@@ -306,7 +337,8 @@ impl Coordinator {
                 self.stats.saved += 1;
                 self.stats.last_id = Some(saved.id);
                 self.stats.last_lsn = saved.commit_end_lsn;
-                tracing::info!(
+                self.stats.last_saved_at = Some(std::time::SystemTime::now());
+                tracing::debug!(
                     id = %saved.id,
                     lsn = %saved.commit_end_lsn,
                     bytes = saved.stored_bytes,
@@ -314,6 +346,16 @@ impl Coordinator {
                     confirmable = %self.confirmable,
                     "checkpoint saved"
                 );
+                if let Some(saved_since) = self.summary.saved(Instant::now()) {
+                    tracing::info!(
+                        newest = %saved.id,
+                        lsn = %saved.commit_end_lsn,
+                        bytes = saved.stored_bytes,
+                        saved = saved_since,
+                        retained = self.retained.len(),
+                        "checkpoints saved (summary at most once a minute; each one at DEBUG)"
+                    );
+                }
                 Ok(())
             }
             Err(e) if is_fatal(&e) => Err(e),
@@ -385,173 +427,4 @@ impl Coordinator {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use checkpoint_api::testkit::MemoryStore;
-    use checkpoint_api::{JobName, OwnerId};
-
-    use super::*;
-    use crate::checkpoint::ConfirmPolicy;
-    use crate::operators::TableCounters;
-
-    fn lsn(v: u64) -> Lsn {
-        Lsn::from_u64(v)
-    }
-
-    async fn coordinator(
-        store: Arc<MemoryStore>,
-        keep: usize,
-        confirm: ConfirmPolicy,
-    ) -> (Coordinator, JobName) {
-        let job = JobName::new("job").unwrap();
-        let lease = store
-            .acquire_lease(&job, &OwnerId::new("test").unwrap())
-            .await
-            .unwrap();
-        let mut opts = CheckpointOptions::new(store, lease);
-        opts.keep = keep;
-        opts.confirm = confirm;
-        opts.interval = Duration::ZERO;
-        (Coordinator::new(opts, "slot", &["pub".to_owned()]), job)
-    }
-
-    async fn take(c: &mut Coordinator, at: u64, ops: &[Box<dyn Operator>]) {
-        c.tick();
-        assert!(c.wants_capture());
-        assert!(c.capture(lsn(at), lsn(at), ops).unwrap().is_none());
-        c.poll_acks(lsn(at));
-        c.saved().await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn saves_only_after_every_sink_acknowledged() {
-        let store = Arc::new(MemoryStore::new());
-        let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::OldestRetained).await;
-        let ops: Vec<Box<dyn Operator>> = vec![Box::new(TableCounters::new("counts"))];
-        c.tick();
-        c.capture(lsn(100), lsn(90), &ops).unwrap();
-        assert!(!c.wants_capture(), "one checkpoint at a time");
-        c.poll_acks(lsn(89));
-        assert!(
-            !c.is_saving(),
-            "a sink has not flushed what the checkpoint covers"
-        );
-        assert!(c.is_waiting());
-        c.poll_acks(lsn(90));
-        assert!(c.is_saving());
-        c.saved().await.unwrap();
-        assert_eq!(c.confirmable(), lsn(100));
-        let stored = store.latest(&job).await.unwrap().checkpoint.unwrap();
-        assert_eq!(stored.checkpoint.source.commit_end_lsn, lsn(100));
-        assert_eq!(stored.checkpoint.operators.len(), 1);
-        assert_eq!(stored.checkpoint.operators[0].id, "counts");
-    }
-
-    #[tokio::test]
-    async fn confirms_the_oldest_retained_or_the_newest() {
-        let store = Arc::new(MemoryStore::new());
-        let (mut c, job) = coordinator(store.clone(), 2, ConfirmPolicy::OldestRetained).await;
-        for at in [100, 200, 300] {
-            take(&mut c, at, &[]).await;
-        }
-        assert_eq!(store.list(&job).await.unwrap().len(), 2);
-        assert_eq!(c.confirmable(), lsn(200), "oldest of the two kept");
-        assert_eq!(c.stats().saved, 3);
-
-        let store = Arc::new(MemoryStore::new());
-        let (mut c, _) = coordinator(store, 2, ConfirmPolicy::Newest).await;
-        for at in [100, 200, 300] {
-            take(&mut c, at, &[]).await;
-        }
-        assert_eq!(c.confirmable(), lsn(300));
-    }
-
-    #[tokio::test]
-    async fn a_failed_save_is_retried_and_the_slot_stays() {
-        let store = Arc::new(MemoryStore::new());
-        let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::Newest).await;
-        take(&mut c, 100, &[]).await;
-        store.fail_next_save(&job);
-        take(&mut c, 200, &[]).await;
-        assert_eq!(c.confirmable(), lsn(100), "a failed save moves nothing");
-        assert_eq!(c.stats().failed, 1);
-        take(&mut c, 300, &[]).await;
-        assert_eq!(c.confirmable(), lsn(300));
-    }
-
-    #[tokio::test]
-    async fn a_fenced_writer_stops() {
-        let store = Arc::new(MemoryStore::new());
-        let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::Newest).await;
-        take(&mut c, 100, &[]).await;
-        store
-            .acquire_lease(&job, &OwnerId::new("other").unwrap())
-            .await
-            .unwrap();
-        c.tick();
-        c.capture(lsn(200), lsn(200), &[]).unwrap();
-        c.poll_acks(lsn(200));
-        let err = c.saved().await.unwrap_err();
-        assert!(matches!(err, CheckpointError::Fenced { .. }), "{err}");
-        assert_eq!(c.confirmable(), lsn(100));
-    }
-
-    #[tokio::test]
-    async fn a_sink_commits_the_checkpoint_and_the_store_is_not_used() {
-        let store = Arc::new(MemoryStore::new());
-        let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::Newest).await;
-        c.commit_in_sink();
-        c.tick();
-        let save = c
-            .capture(lsn(100), lsn(90), &[])
-            .unwrap()
-            .expect("for the sink");
-        assert_eq!(save.needs_ack, lsn(90));
-        assert!(
-            c.is_saving() && !c.wants_capture(),
-            "one checkpoint at a time"
-        );
-        c.poll_acks(lsn(100));
-        // The sink commits it (here: straight into the store) and answers.
-        let meta = store.save(&save.lease, &save.checkpoint).await.unwrap();
-        save.answer(Ok(meta));
-        c.saved().await.unwrap();
-        assert_eq!(c.confirmable(), lsn(100));
-        assert_eq!(store.list(&job).await.unwrap().len(), 1);
-
-        // A sink that stops without answering: a failed checkpoint, slot stays.
-        c.tick();
-        let save = c
-            .capture(lsn(200), lsn(200), &[])
-            .unwrap()
-            .expect("for the sink");
-        drop(save);
-        c.saved().await.unwrap();
-        assert_eq!(c.stats().failed, 1);
-        assert_eq!(c.confirmable(), lsn(100));
-
-        // Shutdown never saves behind the sink's back (its writes would be
-        // rolled back while the checkpoint claims them).
-        c.finish_final(Some(lsn(300)), &[]).await.unwrap();
-        assert_eq!(store.list(&job).await.unwrap().len(), 1);
-        let last = c
-            .capture_final_in_sink(Some(lsn(300)), &[])
-            .await
-            .unwrap()
-            .expect("the final checkpoint goes to the sink");
-        assert_eq!(last.checkpoint.source.commit_end_lsn, lsn(300));
-    }
-
-    #[tokio::test]
-    async fn the_final_checkpoint_is_skipped_when_nothing_moved() {
-        let store = Arc::new(MemoryStore::new());
-        let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::Newest).await;
-        take(&mut c, 100, &[]).await;
-        c.finish_final(Some(lsn(100)), &[]).await.unwrap();
-        assert_eq!(store.list(&job).await.unwrap().len(), 1);
-        c.finish_final(Some(lsn(150)), &[]).await.unwrap();
-        assert_eq!(store.list(&job).await.unwrap().len(), 2);
-        assert_eq!(c.confirmable(), lsn(150));
-    }
-}
+mod tests;

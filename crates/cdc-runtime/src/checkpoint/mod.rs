@@ -132,6 +132,8 @@ pub struct CheckpointStats {
     pub last_id: Option<CheckpointId>,
     /// Its position.
     pub last_lsn: Lsn,
+    /// When it was saved (wall clock of this process).
+    pub last_saved_at: Option<std::time::SystemTime>,
 }
 
 /// A checkpoint could not be taken.

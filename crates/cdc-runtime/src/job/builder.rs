@@ -76,7 +76,13 @@ pub struct PipelineTuning {
     pub status_interval: Duration,
     /// Batches buffered per sink.
     pub channel_capacity: usize,
+    /// Log a status line (events/s, unconfirmed bytes, newest checkpoint's
+    /// age, snapshot) this often (`None`: never).
+    pub status_log_interval: Option<Duration>,
 }
+
+/// The default interval between status lines in the log (30 s).
+pub const DEFAULT_STATUS_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
 impl Default for PipelineTuning {
     fn default() -> Self {
@@ -86,6 +92,7 @@ impl Default for PipelineTuning {
             spill_dir: None,
             status_interval: DEFAULT_STATUS_INTERVAL,
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,
+            status_log_interval: Some(DEFAULT_STATUS_LOG_INTERVAL),
         }
     }
 }

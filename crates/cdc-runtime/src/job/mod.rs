@@ -37,6 +37,7 @@
 mod builder;
 mod heartbeat;
 mod lock;
+mod status_log;
 mod store;
 
 use std::future::Future;
@@ -54,7 +55,9 @@ use crate::snapshot::{SnapshotError, SnapshotPlan, SnapshotState, StartupMode};
 use crate::tls_connect::PgClientSettings;
 
 use builder::JobSink;
-pub use builder::{CheckpointSettings, JobBuilder, PipelineTuning, SnapshotSettings};
+pub use builder::{
+    CheckpointSettings, JobBuilder, PipelineTuning, SnapshotSettings, DEFAULT_STATUS_LOG_INTERVAL,
+};
 pub use lock::{JobLock, LockError, LOCK_WAIT};
 pub use store::StoreOptions;
 
@@ -147,12 +150,16 @@ impl Job {
             replication: rc,
             slot,
             checkpoints,
+            status_log_interval,
             _lock,
             _heartbeat,
         }) = started
         else {
             return Ok(Progress::default());
         };
+        let _status_log = status_log_interval
+            .filter(|d| !d.is_zero())
+            .map(|every| AbortOnDrop(tokio::spawn(status_log::run(pipeline.progress(), every))));
         let _forward = watched.map(|tx| {
             let mut rx = pipeline.progress();
             AbortOnDrop(tokio::spawn(async move {
@@ -206,6 +213,7 @@ struct Started {
     replication: crate::replication::ReplicationConfig,
     slot: String,
     checkpoints: bool,
+    status_log_interval: Option<std::time::Duration>,
     _lock: Option<JobLock>,
     _heartbeat: Option<AbortOnDrop>,
 }
@@ -365,6 +373,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         replication: rc,
         slot: source.slot,
         checkpoints: checkpoints.is_some(),
+        status_log_interval: tuning.status_log_interval,
         _lock,
         _heartbeat: heartbeat,
     }))

@@ -31,6 +31,8 @@ impl Config {
                 spill_dir: self.pipeline.spill_dir.clone(),
                 status_interval: self.status_interval(),
                 channel_capacity: self.pipeline.channel_capacity,
+                status_log_interval: (self.pipeline.status_log_interval_secs > 0)
+                    .then(|| Duration::from_secs(self.pipeline.status_log_interval_secs)),
             });
         for sink in &self.sinks {
             builder = builder.sink(sink.options()?);

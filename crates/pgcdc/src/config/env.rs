@@ -29,6 +29,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_PIPELINE_BYTE_BUDGET",
     "PGCDC_PIPELINE_SPILL_DIR",
     "PGCDC_PIPELINE_STATUS_INTERVAL_SECS",
+    "PGCDC_PIPELINE_STATUS_LOG_INTERVAL_SECS",
     "PGCDC_PIPELINE_CHANNEL_CAPACITY",
     "PGCDC_PIPELINE_WORKER_THREADS",
     "PGCDC_CHECKPOINT_JOB",
@@ -231,6 +232,9 @@ impl Config {
         }
         if let Some(v) = num("status_interval_secs")? {
             p.status_interval_secs = v;
+        }
+        if let Some(v) = num("status_log_interval_secs")? {
+            p.status_log_interval_secs = v;
         }
         if let Some(v) = num("channel_capacity")? {
             p.channel_capacity = usize::try_from(v).unwrap_or(usize::MAX);
