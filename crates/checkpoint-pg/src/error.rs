@@ -1,32 +1,34 @@
 //! Mapping driver and pool errors into [`CheckpointError`].
 
+use cdc_core::fault::{classify, Connection, Fault};
 use checkpoint_api::CheckpointError;
 
-/// Whether an error is transient under the one fault policy
-/// ([`cdc_core::fault`]): the server's SQLSTATE decides when it sent one
-/// (connection trouble, shutdown, overload, serialization failure, deadlock,
-/// a lock timeout; not a cancelled statement). Without one the connection
-/// counts as lost when the driver says it is closed, an IO error or a
-/// timeout broke it (the same test as `cdc-runtime`'s `pg_error::fault`),
-/// except for a TLS setup the server will refuse again; anything else (a
-/// value that does not convert) is permanent.
-fn is_transient(e: &tokio_postgres::Error) -> bool {
-    use cdc_core::fault::{classify, Connection};
+/// A driver error under the one fault policy ([`cdc_core::fault`]), for
+/// every component that talks to PostgreSQL through tokio-postgres (this
+/// store, and cdc-runtime's sinks and snapshot readers): the server's
+/// SQLSTATE decides when it sent one. Without one, the connection counts as
+/// lost when the driver says it is closed, an IO error or a timeout broke
+/// it; a TLS setup the same server will refuse again and client-side errors
+/// (a value that does not convert) are permanent.
+pub fn pg_fault(e: &tokio_postgres::Error) -> Fault {
+    match e.as_db_error() {
+        Some(db) => classify(Some(db.code().code()), Connection::Usable),
+        None if is_tls_setup_failure(e) => Fault::Permanent,
+        None => classify(None, connection(e)),
+    }
+}
+
+/// Whether the connection `e` arrived on is gone. (tokio-postgres does not
+/// expose its error kinds: an IO error is its source; a connect timeout is
+/// displayed as "timeout waiting for server".)
+fn connection(e: &tokio_postgres::Error) -> Connection {
     use std::error::Error as _;
-    if let Some(db) = e.as_db_error() {
-        return classify(Some(db.code().code()), Connection::Usable).is_transient();
-    }
-    if is_tls_setup_failure(e) {
-        return false;
-    }
     let io = e.source().is_some_and(|s| s.is::<std::io::Error>());
-    let lost = e.is_closed() || io || e.to_string() == "timeout waiting for server";
-    let connection = if lost {
+    if e.is_closed() || io || e.to_string() == "timeout waiting for server" {
         Connection::Lost
     } else {
         Connection::Usable
-    };
-    classify(None, connection).is_transient()
+    }
 }
 
 /// A TLS failure that retrying cannot fix. tokio-postgres does not expose its error kinds;
@@ -45,7 +47,7 @@ fn is_tls_setup_failure(e: &tokio_postgres::Error) -> bool {
 
 /// `e` while doing `what`, as a [`CheckpointError`].
 pub(crate) fn pg(what: &str, e: tokio_postgres::Error) -> CheckpointError {
-    if is_transient(&e) {
+    if pg_fault(&e).is_transient() {
         CheckpointError::unavailable(what.to_owned(), e)
     } else {
         CheckpointError::backend(what.to_owned(), e)

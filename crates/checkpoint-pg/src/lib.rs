@@ -110,6 +110,7 @@ mod sql;
 mod store;
 
 pub use config::{ConfigError, LargeLayout, PgStoreConfig, PoolOptions, DEFAULT_INLINE_THRESHOLD};
+pub use error::pg_fault;
 pub use identity::{database_identity, DatabaseIdentity};
 pub use schema::{quote_ident, SCHEMA_VERSION};
 pub use store::PgCheckpointStore;
