@@ -128,10 +128,9 @@ fn setup_failure(e: SetupError) -> Failure {
 }
 
 async fn validate(config: &Config) -> Result<(), Failure> {
-    let rc = config.source.replication_config()?;
     let source = config.source.source_options()?;
-    tracing::info!(connection = %rc, "connecting");
-    let mut conn = ReplicationConnection::connect(&rc)
+    tracing::info!(connection = %source.replication, "connecting");
+    let mut conn = ReplicationConnection::connect(&source.replication)
         .await
         .map_err(|e| Failure::connect(&e))?;
     let result = check_server(&mut conn, &source).await;

@@ -236,12 +236,11 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     let rc = source.replication.clone();
     tracing::info!(connection = %rc, "connecting");
     let mut conn = ReplicationConnection::connect(&rc).await?;
-    // The slot as it was before anything is created: a job with a
-    // checkpoint must not silently get a new slot.
-    let slot_before = slot_state(&mut conn, &source.slot).await?;
-
     let mut checkpointing = None;
     if let Some(cc) = &checkpoints {
+        // The slot as it was before anything is created: a job with a
+        // checkpoint must not silently get a new slot.
+        let slot_before = slot_state(&mut conn, &source.slot).await?;
         let store = cc.store.open().await?;
         let job = match &cc.job {
             Some(j) => j.clone(),

@@ -102,6 +102,9 @@ struct Retrying {
     /// More than `max_retained_events` were written since the durable
     /// point: nothing is kept, and a transient error is not retried.
     overflowed: bool,
+    /// The sink can reset ([`Sink::can_reset`]); otherwise nothing is kept
+    /// and its first error stops the task.
+    resettable: bool,
     /// Consecutive failures, reset by an operation that succeeds.
     failures: u32,
     /// Transient errors recovered from, for the log.
@@ -111,6 +114,7 @@ struct Retrying {
 impl Retrying {
     fn new(sink: Box<dyn Sink>, policy: SinkRetry) -> Self {
         Retrying {
+            resettable: sink.can_reset(),
             sink,
             policy,
             retained: Vec::new(),
@@ -122,7 +126,7 @@ impl Retrying {
     }
 
     fn retain(&mut self, batch: &Arc<Batch>, range: Range<usize>) {
-        if self.overflowed {
+        if self.overflowed || !self.resettable {
             return;
         }
         self.retained_events += range.len();
@@ -189,7 +193,7 @@ impl Retrying {
     /// [`SinkError::RetriesExhausted`].
     async fn recover(&mut self, mut error: SinkError, mut fault: Fault) -> Result<(), SinkError> {
         loop {
-            if fault == Fault::Permanent {
+            if fault == Fault::Permanent || !self.resettable {
                 return Err(error);
             }
             if self.overflowed {

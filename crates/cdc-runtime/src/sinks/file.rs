@@ -192,6 +192,10 @@ impl Sink for FileSink {
     /// `(commit_lsn, index)`, as after a crash. Lines flushed before stay
     /// durable: the replay rewrites everything after them, so a failed
     /// fsync loses nothing either.
+    fn can_reset(&self) -> bool {
+        true
+    }
+
     async fn reset(&mut self) -> Result<(), SinkError> {
         self.buf.clear();
         self.file = None;

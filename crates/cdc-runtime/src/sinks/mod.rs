@@ -104,6 +104,13 @@ pub trait Sink: Send {
         })
     }
 
+    /// Whether [`reset`](Self::reset) can work. A sink that cannot reset
+    /// is not retried (its task keeps no batches for a replay): it stops on
+    /// its first error.
+    fn can_reset(&self) -> bool {
+        false
+    }
+
     /// After an error: discards everything not yet flushed (with
     /// [`commits_checkpoints`](Self::commits_checkpoints), everything no
     /// committed checkpoint covers) and reconnects or reopens, so that the
@@ -111,7 +118,7 @@ pub trait Sink: Send {
     /// committed checkpoint) and go on with the same sink. Returns an error
     /// if the sink cannot be used again yet (a transient one: try later).
     ///
-    /// The default cannot reset and returns
+    /// The default cannot reset ([`can_reset`](Self::can_reset) is false) and returns
     /// [`SinkError::ResetUnsupported`]: the pipeline then stops on the error
     /// and the job resumes from its last checkpoint, as before.
     async fn reset(&mut self) -> Result<(), SinkError> {
@@ -140,6 +147,9 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
         keep: usize,
     ) -> Result<CheckpointMeta, CheckpointError> {
         (**self).commit_checkpoint(checkpoint, lease, keep).await
+    }
+    fn can_reset(&self) -> bool {
+        (**self).can_reset()
     }
     async fn reset(&mut self) -> Result<(), SinkError> {
         (**self).reset().await

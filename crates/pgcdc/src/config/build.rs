@@ -10,7 +10,7 @@ use cdc_runtime::replication::ReplicationConfig;
 use cdc_runtime::sinks::{FileSinkOptions, PostgresSinkOptions, SinkOptions, TableName};
 use cdc_runtime::source::{Capture, SourceOptions};
 use checkpoint_api::JobName;
-use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
+use checkpoint_pg::PgStoreConfig;
 
 use super::{
     invalid, table_ref, CheckpointConfig, Config, ConfigFileError, SinkConfig, SourceConfig,
@@ -79,20 +79,6 @@ impl Config {
             config.inline_threshold = threshold;
         }
         Ok(StoreOptions { connection, config })
-    }
-
-    /// Connects to the configured checkpoint store (creating or upgrading
-    /// its tables); an error when there is no `[checkpoint]` section.
-    pub async fn open_store(&self) -> Result<PgCheckpointStore, String> {
-        let cc = self
-            .checkpoint
-            .as_ref()
-            .ok_or("the configuration has no [checkpoint] section")?;
-        let options = self.store_options(cc).map_err(|e| e.to_string())?;
-        options
-            .open()
-            .await
-            .map_err(|e| format!("checkpoint store: {e}"))
     }
 }
 

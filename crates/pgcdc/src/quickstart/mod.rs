@@ -149,10 +149,14 @@ async fn demo(
         Ok(!slot_confirmed(&client).await?.is_invalid())
     })
     .await?;
+    let cc = config.checkpoint.as_ref().ok_or_else(|| {
+        QuickstartError::OpenStore("the generated configuration has no [checkpoint]".into())
+    })?;
     let store = config
-        .open_store()
+        .store_options(cc)?
+        .open()
         .await
-        .map_err(QuickstartError::OpenStore)?;
+        .map_err(|e| QuickstartError::OpenStore(e.to_string()))?;
 
     let writer = Writer::start(connect(&conninfo).await?);
     progress("writing orders in the background ...");

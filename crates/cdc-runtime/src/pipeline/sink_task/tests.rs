@@ -125,6 +125,9 @@ impl Sink for Fake {
         s.durable.extend(pending);
         Ok(meta)
     }
+    fn can_reset(&self) -> bool {
+        self.0.lock().unwrap().can_reset
+    }
     async fn reset(&mut self) -> Result<(), SinkError> {
         let mut s = self.0.lock().unwrap();
         if !s.can_reset {

@@ -16,18 +16,17 @@ impl PgTableSink {
                 source: None,
             });
         };
-        if self.commit_unknown.take() == Some(checkpoint.id) {
+        if self.commit_unknown == Some(checkpoint.id) {
             // The last attempt's COMMIT lost its connection, maybe after the
             // server committed. If it did, the replay before this retry was
             // skipped by the progress row it committed: nothing is left to
             // write, and saving the checkpoint again would be refused.
+            // The flag stays set until the store answered: a retry after a
+            // failed look must look again.
             use checkpoint_api::CheckpointStore as _;
-            if let Some(meta) = store
-                .list(&checkpoint.job)
-                .await?
-                .into_iter()
-                .find(|m| m.describes(checkpoint))
-            {
+            let stored = store.list(&checkpoint.job).await?;
+            self.commit_unknown = None;
+            if let Some(meta) = stored.into_iter().find(|m| m.describes(checkpoint)) {
                 tracing::info!(checkpoint = %checkpoint.id, "the checkpoint's interrupted COMMIT had succeeded");
                 return Ok(meta);
             }

@@ -491,6 +491,10 @@ impl Sink for PgTableSink {
     /// exactly-once position, and connects again. The next write reloads
     /// the position from the progress row, so replayed events that were
     /// committed before are skipped: exactly once survives the reset.
+    fn can_reset(&self) -> bool {
+        true
+    }
+
     async fn reset(&mut self) -> Result<(), SinkError> {
         let config = self.config.clone().ok_or(SinkError::ResetUnsupported)?;
         if self.open && self.client.as_ref().is_some_and(|c| !c.is_closed()) {
