@@ -139,15 +139,15 @@ async fn run() {
                 let tables = published_tables(&client, &["snap_pub".to_owned()])
                     .await
                     .unwrap();
-                let plan = SnapshotPlan {
+                let plan = SnapshotPlan::new(
                     tables,
-                    replication: rc.clone(),
-                    options: SnapshotOptions {
+                    rc.clone(),
+                    SnapshotOptions {
                         readers,
                         chunk_size: chunk_size as u64,
                         ..SnapshotOptions::default()
                     },
-                };
+                );
                 let po = PipelineOptions::new(rc.clone(), "snap_slot", "snap_pub");
                 let pipeline =
                     Pipeline::new(po, vec![Box::new(NullSink::new())]).with_snapshot(plan);

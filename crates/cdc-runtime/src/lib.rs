@@ -129,6 +129,7 @@ mod pg_error;
 pub mod pipeline;
 pub mod replication;
 pub mod setup;
+pub mod signal;
 pub mod sinks;
 pub mod snapshot;
 pub mod source;

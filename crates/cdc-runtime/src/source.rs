@@ -1,5 +1,6 @@
 //! What a job captures and from where: [`SourceOptions`].
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -24,6 +25,33 @@ pub struct SourceOptions {
     /// Write a WAL heartbeat this often, so that a slot whose tables are
     /// quiet still moves while other databases write (`None`: never).
     pub heartbeat_interval: Option<Duration>,
+    /// Per table: the publication's row filter and column list
+    /// (PostgreSQL 15+). The snapshot reads with the same filter, so the
+    /// snapshot and the stream agree.
+    pub filters: BTreeMap<TableRef, TableFilter>,
+    /// Create the signal table (`pgcdc.signals`) through which a running
+    /// job is asked for on-demand snapshots (see [`crate::signal`]).
+    pub signals: bool,
+    /// Publish a partitioned table's changes under its own name rather than
+    /// its partitions' (`publish_via_partition_root`, PostgreSQL 13+; set on
+    /// the publication pgcdc manages).
+    pub publish_via_partition_root: bool,
+}
+
+/// What a publication publishes of one table (PostgreSQL 15+).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TableFilter {
+    /// Only rows matching this SQL condition (`WHERE (...)`).
+    pub row_filter: Option<String>,
+    /// Only these columns (they must include the replica identity).
+    pub columns: Option<Vec<String>>,
+}
+
+impl TableFilter {
+    /// Whether it publishes everything.
+    pub fn is_empty(&self) -> bool {
+        self.row_filter.is_none() && self.columns.is_none()
+    }
 }
 
 impl SourceOptions {
@@ -43,6 +71,9 @@ impl SourceOptions {
             create_slot: true,
             create_publication: true,
             heartbeat_interval: None,
+            filters: BTreeMap::new(),
+            signals: true,
+            publish_via_partition_root: true,
         }
     }
 

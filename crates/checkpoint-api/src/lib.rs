@@ -120,8 +120,8 @@ pub use error::{BoxError, CheckpointError, CorruptKind, NotFound, Regression, Re
 pub use latest::{LatestScan, LatestStep};
 pub use model::{
     Checkpoint, CheckpointId, InvalidCheckpoint, JobName, NameKind, OperatorState, ProtocolOptions,
-    SinkPosition, SnapshotProgress, SourcePosition, StreamingMode, TableCursor, TableDone,
-    TableRef, Timestamp, MAX_FINGERPRINT_LEN, MAX_NAME_LEN,
+    SinkPosition, SnapshotProgress, SnapshotRequest, SourcePosition, StreamingMode, TableCursor,
+    TableDone, TableRef, Timestamp, MAX_FINGERPRINT_LEN, MAX_NAME_LEN,
 };
 pub use operator::{OperatorStateError, StatefulOperator};
 pub use store::{

@@ -309,6 +309,26 @@ pub struct SnapshotProgress {
     pub in_progress: Option<TableCursor>,
     /// Whether the whole initial snapshot is done.
     pub complete: bool,
+    /// Reads asked for while the job runs, in the order they are read
+    /// (the first may be `in_progress`).
+    pub requests: Vec<SnapshotRequest>,
+    /// The newest finished requests (a bounded history, for status output).
+    pub requests_done: Vec<TableDone>,
+}
+
+/// A read of one table asked for while the job runs: an on-demand snapshot
+/// (the signal table), or a table that appeared in a published schema.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotRequest {
+    /// The request's id (the signal's id, or one pgcdc made).
+    pub id: String,
+    /// The table to read.
+    pub table: TableRef,
+    /// An SQL condition the read adds; `None`: every row.
+    pub filter: Option<String>,
+    /// LSN of the signal that asked ([`Lsn::INVALID`] if pgcdc asked
+    /// itself).
+    pub lsn: Lsn,
 }
 
 /// A table by schema and name.
@@ -329,6 +349,13 @@ pub struct TableDone {
     pub chunks: u64,
     /// Rows copied.
     pub rows: u64,
+    /// The table's oid when it was read (0: unknown).
+    pub oid: u32,
+    /// The request this read answered (`None`: the initial snapshot).
+    pub request_id: Option<String>,
+    /// The table was not read: it could not be, and the job was configured
+    /// to go on without it.
+    pub skipped: bool,
 }
 
 /// The table whose copy is in progress.
@@ -342,6 +369,8 @@ pub struct TableCursor {
     pub rows_done: u64,
     /// Where the next chunk starts (opaque).
     pub cursor: Bytes,
+    /// The request being read (`None`: the initial snapshot).
+    pub request_id: Option<String>,
 }
 
 /// The opaque resume position of one sink.

@@ -4,8 +4,8 @@ use cdc_core::Lsn;
 
 use crate::model::{
     Checkpoint, CheckpointId, InvalidCheckpoint, JobName, OperatorState, ProtocolOptions,
-    SinkPosition, SnapshotProgress, SourcePosition, StreamingMode, TableCursor, TableDone,
-    TableRef, Timestamp,
+    SinkPosition, SnapshotProgress, SnapshotRequest, SourcePosition, StreamingMode, TableCursor,
+    TableDone, TableRef, Timestamp,
 };
 
 #[allow(
@@ -86,26 +86,46 @@ fn table_to_pb(t: &TableRef) -> pb::TableRef {
     }
 }
 
+fn table_done_to_pb(t: &TableDone) -> pb::TableDone {
+    pb::TableDone {
+        table: Some(table_to_pb(&t.table)),
+        chunks: t.chunks,
+        rows: t.rows,
+        oid: t.oid,
+        request_id: t.request_id.clone().unwrap_or_default(),
+        skipped: t.skipped,
+    }
+}
+
 fn snapshot_to_pb(s: &SnapshotProgress) -> pb::SnapshotProgress {
     pb::SnapshotProgress {
         consistent_point_lsn: s.consistent_point.as_u64(),
-        tables_done: s
-            .tables_done
-            .iter()
-            .map(|t| pb::TableDone {
-                table: Some(table_to_pb(&t.table)),
-                chunks: t.chunks,
-                rows: t.rows,
-            })
-            .collect(),
+        tables_done: s.tables_done.iter().map(table_done_to_pb).collect(),
         in_progress: s.in_progress.as_ref().map(|c| pb::TableCursor {
             table: Some(table_to_pb(&c.table)),
             chunks_done: c.chunks_done,
             rows_done: c.rows_done,
             cursor: c.cursor.clone(),
+            request_id: c.request_id.clone().unwrap_or_default(),
         }),
         complete: s.complete,
+        requests: s
+            .requests
+            .iter()
+            .map(|r| pb::SnapshotRequest {
+                id: r.id.clone(),
+                table: Some(table_to_pb(&r.table)),
+                filter: r.filter.clone().unwrap_or_default(),
+                lsn: r.lsn.as_u64(),
+            })
+            .collect(),
+        requests_done: s.requests_done.iter().map(table_done_to_pb).collect(),
     }
+}
+
+/// An empty string as `None`.
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
 }
 
 impl TryFrom<pb::Checkpoint> for Checkpoint {
@@ -203,14 +223,40 @@ impl TryFrom<pb::SnapshotProgress> for SnapshotProgress {
             })
             .ok_or(InvalidCheckpoint::MissingField { field })
         };
+        let done = |t: pb::TableDone, field: &'static str| {
+            Ok(TableDone {
+                table: table(t.table, field)?,
+                chunks: t.chunks,
+                rows: t.rows,
+                oid: t.oid,
+                request_id: non_empty(t.request_id),
+                skipped: t.skipped,
+            })
+        };
         let tables_done = m
             .tables_done
             .into_iter()
-            .map(|t| {
-                Ok(TableDone {
-                    table: table(t.table, "snapshot.tables_done.table")?,
-                    chunks: t.chunks,
-                    rows: t.rows,
+            .map(|t| done(t, "snapshot.tables_done.table"))
+            .collect::<Result<_, InvalidCheckpoint>>()?;
+        let requests_done = m
+            .requests_done
+            .into_iter()
+            .map(|t| done(t, "snapshot.requests_done.table"))
+            .collect::<Result<_, InvalidCheckpoint>>()?;
+        let requests = m
+            .requests
+            .into_iter()
+            .map(|r| {
+                if r.id.is_empty() {
+                    return Err(InvalidCheckpoint::MissingField {
+                        field: "snapshot.requests.id",
+                    });
+                }
+                Ok(SnapshotRequest {
+                    id: r.id,
+                    table: table(r.table, "snapshot.requests.table")?,
+                    filter: non_empty(r.filter),
+                    lsn: Lsn::from_u64(r.lsn),
                 })
             })
             .collect::<Result<_, InvalidCheckpoint>>()?;
@@ -222,6 +268,7 @@ impl TryFrom<pb::SnapshotProgress> for SnapshotProgress {
                     chunks_done: c.chunks_done,
                     rows_done: c.rows_done,
                     cursor: c.cursor,
+                    request_id: non_empty(c.request_id),
                 })
             })
             .transpose()?;
@@ -230,6 +277,8 @@ impl TryFrom<pb::SnapshotProgress> for SnapshotProgress {
             tables_done,
             in_progress,
             complete: m.complete,
+            requests,
+            requests_done,
         })
     }
 }

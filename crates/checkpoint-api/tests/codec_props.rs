@@ -27,28 +27,68 @@ fn table() -> impl Strategy<Value = TableRef> {
 fn snapshot() -> impl Strategy<Value = SnapshotProgress> {
     (
         any::<u64>(),
-        vec((table(), any::<u64>(), any::<u64>()), 0..4),
-        proptest::option::of((table(), any::<u64>(), any::<u64>(), blob(32))),
+        vec(done(), 0..4),
+        proptest::option::of((
+            table(),
+            any::<u64>(),
+            any::<u64>(),
+            blob(32),
+            proptest::option::of(name()),
+        )),
+        any::<bool>(),
+        vec(
+            (name(), table(), proptest::option::of(name()), any::<u64>()),
+            0..3,
+        ),
+        vec(done(), 0..3),
+    )
+        .prop_map(
+            |(lsn, done, cursor, complete, requests, requests_done)| SnapshotProgress {
+                consistent_point: Lsn::from_u64(lsn),
+                tables_done: done,
+                in_progress: cursor.map(|(table, chunks_done, rows_done, cursor, request_id)| {
+                    TableCursor {
+                        table,
+                        chunks_done,
+                        rows_done,
+                        cursor,
+                        request_id,
+                    }
+                }),
+                complete,
+                requests: requests
+                    .into_iter()
+                    .map(|(id, table, filter, lsn)| SnapshotRequest {
+                        id,
+                        table,
+                        filter,
+                        lsn: Lsn::from_u64(lsn),
+                    })
+                    .collect(),
+                requests_done,
+            },
+        )
+}
+
+fn done() -> impl Strategy<Value = TableDone> {
+    (
+        table(),
+        any::<u64>(),
+        any::<u64>(),
+        any::<u32>(),
+        proptest::option::of(name()),
         any::<bool>(),
     )
-        .prop_map(|(lsn, done, cursor, complete)| SnapshotProgress {
-            consistent_point: Lsn::from_u64(lsn),
-            tables_done: done
-                .into_iter()
-                .map(|(table, chunks, rows)| TableDone {
-                    table,
-                    chunks,
-                    rows,
-                })
-                .collect(),
-            in_progress: cursor.map(|(table, chunks_done, rows_done, cursor)| TableCursor {
+        .prop_map(
+            |(table, chunks, rows, oid, request_id, skipped)| TableDone {
                 table,
-                chunks_done,
-                rows_done,
-                cursor,
-            }),
-            complete,
-        })
+                chunks,
+                rows,
+                oid,
+                request_id,
+                skipped,
+            },
+        )
 }
 
 fn checkpoint() -> impl Strategy<Value = Checkpoint> {

@@ -74,6 +74,7 @@ fn v1_checkpoint() -> Result<Checkpoint, Box<dyn std::error::Error>> {
                 },
                 chunks: 17,
                 rows: 1_700_000,
+                ..TableDone::default()
             }],
             in_progress: Some(TableCursor {
                 table: TableRef {
@@ -83,8 +84,10 @@ fn v1_checkpoint() -> Result<Checkpoint, Box<dyn std::error::Error>> {
                 chunks_done: 2,
                 rows_done: 200_000,
                 cursor: Bytes::from_static(b"\x00\x03\x0d\x40"),
+                ..TableCursor::default()
             }),
             complete: false,
+            ..SnapshotProgress::default()
         }),
         sinks: vec![
             SinkPosition {

@@ -96,6 +96,20 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 2)]
         kills: usize,
     },
+    /// Ask the running job to read a table again (an on-demand snapshot),
+    /// through the signal table `pgcdc.signals`; the job goes on streaming.
+    Snapshot {
+        /// The configuration file.
+        #[arg(short, long, default_value = "pgcdc.toml")]
+        config: PathBuf,
+        /// The table (`schema.table`, or `table` for `public`); it must be
+        /// one the job captures.
+        #[arg(long)]
+        table: String,
+        /// Only rows matching this SQL condition, e.g. "id > 1000".
+        #[arg(long = "where")]
+        filter: Option<String>,
+    },
     /// The replication slot's position against the newest checkpoint.
     Slot {
         /// The configuration file.

@@ -216,9 +216,11 @@ pub struct SourceConfig {
     /// Capture every table of these schemas (`FOR TABLES IN SCHEMA`, PostgreSQL 15+).
     #[serde(default)]
     pub schemas: Vec<String>,
-    /// Capture these tables (`schema.table`, or `table` for `public`).
+    /// Capture these tables: `schema.table` (or `table` for `public`), or
+    /// `{ name = "schema.table", where = "...", columns = [...] }` for a row
+    /// filter and a column list (PostgreSQL 15+).
     #[serde(default)]
-    pub tables: Vec<String>,
+    pub tables: Vec<TableEntry>,
     /// The replication slot.
     pub slot: String,
     /// The publication.
@@ -237,6 +239,54 @@ pub struct SourceConfig {
     /// when only other databases of the server write.
     #[serde(default)]
     pub heartbeat_interval_ms: u64,
+    /// Create the signal table `pgcdc.signals` for on-demand snapshots
+    /// (default true).
+    #[serde(default = "yes")]
+    pub signals: bool,
+    /// Publish partitioned tables' changes under the partitioned table's
+    /// name (default true; PostgreSQL 13+).
+    #[serde(default = "yes")]
+    pub publish_via_partition_root: bool,
+}
+
+/// One `[source] tables` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum TableEntry {
+    /// `"schema.table"`.
+    Name(String),
+    /// `{ name = "schema.table", where = "...", columns = ["a", "b"] }`.
+    Filtered(FilteredTable),
+}
+
+/// A table with a row filter or a column list.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilteredTable {
+    /// `schema.table`, or `table` for `public`.
+    pub name: String,
+    /// Only rows matching this SQL condition are captured (and snapshotted).
+    #[serde(rename = "where", default)]
+    pub row_filter: Option<String>,
+    /// Only these columns are captured (they must include the key).
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
+}
+
+impl TableEntry {
+    /// The table's name as written.
+    pub fn name(&self) -> &str {
+        match self {
+            TableEntry::Name(n) => n,
+            TableEntry::Filtered(f) => &f.name,
+        }
+    }
+}
+
+impl From<String> for TableEntry {
+    fn from(name: String) -> Self {
+        TableEntry::Name(name)
+    }
 }
 
 fn default_host() -> String {
@@ -450,7 +500,21 @@ impl Config {
             ));
         }
         for t in &s.tables {
-            table_ref("source.tables", t)?;
+            table_ref("source.tables", t.name())?;
+            if let TableEntry::Filtered(f) = t {
+                if f.row_filter.as_deref().is_some_and(|w| w.trim().is_empty()) {
+                    return Err(invalid(
+                        "source.tables.where",
+                        format!(
+                            "the condition of {} is empty; leave `where` out to capture every row",
+                            f.name
+                        ),
+                    ));
+                }
+                if f.columns.as_ref().is_some_and(|c| c.is_empty()) {
+                    return Err(invalid("source.tables.columns", format!("the column list of {} is empty; leave `columns` out to capture every column", f.name)));
+                }
+            }
         }
         if s.slot.is_empty() || s.publication.is_empty() {
             return Err(invalid("source.slot", "slot and publication must be named"));

@@ -246,26 +246,61 @@ pub fn slot_json(slot: &SlotState, job: Option<&JobCheckpoints>) -> Value {
     json!({ "slot": slot_value, "job": job_value })
 }
 
-/// The initial snapshot's progress as the newest checkpoint records it.
+/// The snapshot's progress as the newest checkpoint records it: the
+/// initial snapshot, tables read since (added, or on request), and what is
+/// still to read.
 fn snapshot_text(progress: Option<&SnapshotProgress>) -> String {
     let Some(p) = progress else {
         return "snapshot:         none recorded\n".to_owned();
     };
-    let rows: u64 = p.tables_done.iter().map(|t| t.rows).sum();
-    if p.complete {
-        return format!(
+    let read: Vec<_> = p.tables_done.iter().filter(|t| !t.skipped).collect();
+    let rows: u64 = read.iter().map(|t| t.rows).sum();
+    let mut out = if p.complete {
+        format!(
             "snapshot:         complete ({} table(s), {rows} rows)\n",
-            p.tables_done.len()
-        );
-    }
-    let mut out = format!(
-        "snapshot:         running; {} table(s) done ({rows} rows)\n",
-        p.tables_done.len()
-    );
+            read.len()
+        )
+    } else {
+        format!(
+            "snapshot:         running; {} table(s) done ({rows} rows)\n",
+            read.len()
+        )
+    };
     if let Some(c) = &p.in_progress {
+        let request = c
+            .request_id
+            .as_ref()
+            .map(|r| format!(" (request {r})"))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "snapshot table:   {}.{}: {} chunks, {} rows done\n",
+            "snapshot table:   {}.{}{request}: {} chunks, {} rows done\n",
             c.table.schema, c.table.name, c.chunks_done, c.rows_done
+        ));
+    }
+    for t in p.tables_done.iter().filter(|t| t.skipped) {
+        out.push_str(&format!(
+            "snapshot skipped: {}.{} (could not be read; its existing rows are missing)\n",
+            t.table.schema, t.table.name
+        ));
+    }
+    for r in &p.requests {
+        let filter = r
+            .filter
+            .as_ref()
+            .map(|f| format!(" where {f}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "snapshot request: {} {}.{}{filter}: queued\n",
+            r.id, r.table.schema, r.table.name
+        ));
+    }
+    for d in p.requests_done.iter().rev().take(5) {
+        out.push_str(&format!(
+            "snapshot request: {} {}.{}: done ({} rows)\n",
+            d.request_id.as_deref().unwrap_or("?"),
+            d.table.schema,
+            d.table.name,
+            d.rows
         ));
     }
     out
@@ -278,15 +313,29 @@ fn snapshot_json(progress: Option<&SnapshotProgress>) -> Value {
     json!({
         "complete": p.complete,
         "consistent_point": lsn_or_null(p.consistent_point),
-        "tables_done": p.tables_done.iter().map(|t| json!({
-            "table": format!("{}.{}", t.table.schema, t.table.name),
-            "chunks": t.chunks,
-            "rows": t.rows,
-        })).collect::<Vec<_>>(),
+        "tables_done": p.tables_done.iter().map(done_json).collect::<Vec<_>>(),
         "in_progress": p.in_progress.as_ref().map(|c| json!({
             "table": format!("{}.{}", c.table.schema, c.table.name),
             "chunks_done": c.chunks_done,
             "rows_done": c.rows_done,
+            "request": c.request_id,
         })),
+        "requests": p.requests.iter().map(|r| json!({
+            "id": r.id,
+            "table": format!("{}.{}", r.table.schema, r.table.name),
+            "filter": r.filter,
+            "lsn": lsn_or_null(r.lsn),
+        })).collect::<Vec<_>>(),
+        "requests_done": p.requests_done.iter().map(done_json).collect::<Vec<_>>(),
+    })
+}
+
+fn done_json(t: &checkpoint_api::TableDone) -> Value {
+    json!({
+        "table": format!("{}.{}", t.table.schema, t.table.name),
+        "chunks": t.chunks,
+        "rows": t.rows,
+        "skipped": t.skipped,
+        "request": t.request_id,
     })
 }

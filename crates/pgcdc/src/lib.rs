@@ -28,6 +28,7 @@ pub mod exit;
 pub mod inspect;
 pub mod logging;
 pub mod quickstart;
+pub mod signal;
 pub mod timefmt;
 
 use std::future::Future;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use cdc_runtime::checkpoint::slot_state;
 use cdc_runtime::job::JobLock;
 use cdc_runtime::replication::{ReplicationConnection, ReplicationError};
-use cdc_runtime::setup::{prepare, SetupError, SetupMode};
+use cdc_runtime::setup::{prepare, PublicationChange, SetupError, SetupMode, SignalTable};
 use cdc_runtime::source::SourceOptions;
 use checkpoint_api::{CheckpointId, CheckpointStore, JobName, OwnerId};
 use clap::Parser;
@@ -107,6 +107,19 @@ impl Failure {
     }
 }
 
+impl From<pgcdc::signal::RequestError> for Failure {
+    fn from(e: pgcdc::signal::RequestError) -> Failure {
+        let kind = if e.is_usage() {
+            ExitKind::Config
+        } else if e.is_connect() {
+            ExitKind::Connect
+        } else {
+            ExitKind::Failure
+        };
+        Failure::new(kind, e)
+    }
+}
+
 impl From<ConfigFileError> for Failure {
     fn from(e: ConfigFileError) -> Failure {
         Failure::new(ExitKind::Config, e)
@@ -154,25 +167,65 @@ async fn check_server(
     let report = prepare(conn, source, SetupMode::Plan)
         .await
         .map_err(setup_failure)?;
-    let publication_line = if report.created_publication {
-        format!("will create publication {publication:?} (source.create_publication = true)")
-    } else {
-        format!("publication {publication:?} exists and covers the tables")
+    let publication_line = match &report.publication {
+        PublicationChange::Created => {
+            format!("will create publication {publication:?} (source.create_publication = true)")
+        }
+        PublicationChange::Changed { added, removed } => format!(
+            "will bring publication {publication:?} in line with the configuration (source.create_publication = true): add [{}], drop [{}]; tables added are snapshotted while the job streams",
+            added.join(", "),
+            removed.join(", ")
+        ),
+        PublicationChange::None => {
+            format!("publication {publication:?} exists and covers the tables")
+        }
+    };
+    let signals_line = match report.signals {
+        SignalTable::Off => None,
+        SignalTable::Exists | SignalTable::Created => Some(
+            "signal table pgcdc.signals exists (on-demand snapshots: pgcdc snapshot)".to_owned(),
+        ),
+        SignalTable::Missing => {
+            Some("will create signal table pgcdc.signals (source.signals = true)".to_owned())
+        }
     };
     let slot_line = if report.created_slot {
         format!("will create slot {slot:?} (source.create_slot = true)")
     } else {
         format!("slot {slot:?} exists (logical, pgoutput, this database)")
     };
-    Ok(vec![
+    let mut lines = vec![
         format!(
             "server {}, wal_level=logical, the tables exist",
             report.server_version_num
         ),
         publication_line,
-        slot_line,
-        "ok: `pgcdc run` can start".to_owned(),
-    ])
+    ];
+    lines.extend(signals_line);
+    lines.push(slot_line);
+    lines.push("ok: `pgcdc run` can start".to_owned());
+    Ok(lines)
+}
+
+/// `pgcdc snapshot`: writes the request into the signal table and says
+/// where to watch it.
+async fn request_snapshot(
+    config: &Config,
+    table: &str,
+    filter: Option<&str>,
+) -> Result<(), Failure> {
+    let source = config.source.source_options()?;
+    let request = pgcdc::signal::request_snapshot(&source, table, filter).await?;
+    println!(
+        "asked the running job to read {} (signal id {}, {}); it reads the table while it streams: watch `pgcdc slot status`",
+        request.table,
+        request.id,
+        match filter {
+            Some(f) => format!("rows where {f}"),
+            None => "every row".to_owned(),
+        }
+    );
+    Ok(())
 }
 
 async fn run(config: &Config, from_checkpoint: Option<u64>) -> Result<(), Failure> {
@@ -376,6 +429,7 @@ fn main() -> ExitCode {
         Command::Run { config, .. }
         | Command::Validate { config }
         | Command::Checkpoints { config, .. }
+        | Command::Snapshot { config, .. }
         | Command::Slot { config, .. } => match Config::load(config) {
             Ok(c) => Some(c),
             Err(e) => return fail(&Failure::from(e)),
@@ -404,6 +458,9 @@ fn main() -> ExitCode {
                 Some(config),
             ) => run(&config, from_checkpoint).await,
             (Command::Validate { .. }, Some(config)) => validate(&config).await,
+            (Command::Snapshot { table, filter, .. }, Some(config)) => {
+                request_snapshot(&config, &table, filter.as_deref()).await
+            }
             (Command::Checkpoints { job, action, .. }, Some(config)) => {
                 checkpoints(&config, job, action).await
             }

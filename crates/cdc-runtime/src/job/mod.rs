@@ -278,11 +278,22 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     let report = prepare(&mut conn, &source, SetupMode::Create).await?;
     let _ = conn.close().await;
 
-    // A restored checkpoint decides: continue its snapshot if unfinished.
-    // Otherwise the mode does; without checkpoints nothing records that a
-    // snapshot finished, so it is taken only with a new slot.
-    let snapshot_wanted = match checkpointing.as_ref().map(|c| &c.2.checkpoint) {
-        Some(Some(cp)) => cp.checkpoint.snapshot.as_ref().is_some_and(|p| !p.complete),
+    // Which published tables not recorded as read are read. A restored
+    // checkpoint with snapshot progress: those it does not record (tables
+    // added since), as the mode allows (an unfinished snapshot always
+    // continues). A first start: all of them, as the mode says. Without
+    // checkpoints nothing records that a snapshot finished, so the tables
+    // are read only with a new slot.
+    let read_unrecorded = match checkpointing.as_ref().map(|c| &c.2.checkpoint) {
+        Some(Some(cp)) => match &cp.checkpoint.snapshot {
+            Some(p) => !p.complete || mode.snapshots(),
+            None => {
+                if mode.snapshots() {
+                    tracing::info!(checkpoint = %cp.checkpoint.id, "the checkpoint records no snapshot: the published tables are taken as they are; tables added from now on are read");
+                }
+                false
+            }
+        },
         Some(None) => mode.snapshots(),
         None if mode.snapshots() && !report.created_slot => {
             tracing::info!(slot = %source.slot, "the slot exists and no checkpoint records a snapshot: streaming without one");
@@ -290,15 +301,17 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         }
         None => mode.snapshots(),
     };
-    let snapshot = if snapshot_wanted {
-        Some(snapshot_plan(&source, &snapshot_settings).await?)
-    } else {
-        None
-    };
-    if mode == StartupMode::SnapshotOnly && snapshot.is_none() {
+    if mode == StartupMode::SnapshotOnly && !read_unrecorded {
         tracing::info!("snapshot_only: there is no snapshot to take; stopping");
         return Ok(None);
     }
+    let snapshot = snapshot_plan(
+        &source,
+        &snapshot_settings,
+        read_unrecorded,
+        mode.snapshots(),
+    )
+    .await?;
 
     let mut sinks: Vec<Box<dyn crate::sinks::Sink>> = Vec::with_capacity(job_sinks.len());
     for s in job_sinks {
@@ -358,9 +371,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         }
         None => Pipeline::new(po, sinks).with_operators(operators),
     };
-    if let Some(plan) = snapshot {
-        pipeline = pipeline.with_snapshot(plan);
-    }
+    pipeline = pipeline.with_snapshot(snapshot);
     let heartbeat = source
         .heartbeat_interval
         .filter(|d| !d.is_zero())
@@ -378,10 +389,13 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     }))
 }
 
-/// The published tables, read from the source's catalog.
+/// The published tables, read from the source's catalog, and those of
+/// them the job's role may not read.
 async fn snapshot_plan(
     source: &crate::source::SourceOptions,
     settings: &SnapshotSettings,
+    read_unrecorded: bool,
+    read_new_tables: bool,
 ) -> Result<SnapshotPlan, JobError> {
     let rc = &source.replication;
     let client_settings =
@@ -390,11 +404,23 @@ async fn snapshot_plan(
     let tables =
         crate::snapshot::published_tables(&client, std::slice::from_ref(&source.publication))
             .await?;
-    Ok(SnapshotPlan {
-        tables,
-        replication: rc.clone(),
-        options: settings.options.clone(),
-    })
+    let oids: Vec<cdc_core::Oid> = tables.iter().map(|t| t.oid).collect();
+    let unreadable = client
+        .query(
+            "SELECT o FROM unnest($1::oid[]) o WHERE NOT pg_catalog.has_table_privilege(o, 'SELECT')",
+            &[&oids],
+        )
+        .await
+        .map_err(SnapshotError::from)?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<Vec<cdc_core::Oid>, _>>()
+        .map_err(SnapshotError::from)?;
+    let mut plan = SnapshotPlan::new(tables, rc.clone(), settings.options.clone());
+    plan.read_unrecorded = read_unrecorded;
+    plan.read_new_tables = read_new_tables;
+    plan.unreadable = unreadable;
+    Ok(plan)
 }
 
 /// Aborts a background task when the job ends.

@@ -10,6 +10,7 @@ use cdc_core::{Lsn, TxnEvent};
 use super::session::Source;
 use super::{PipelineError, Shared};
 use crate::operators::Operator;
+use crate::signal::SIGNAL_PREFIX;
 use crate::snapshot::WATERMARK_PREFIX;
 
 /// The prefix of the heartbeat messages `source.heartbeat_interval_ms`
@@ -79,6 +80,13 @@ impl Source<'_> {
             {
                 self.on_watermark(m)?
             }
+            // A signal: noted, served between transactions, never passed on.
+            TxnEvent::Change(cdc_core::Change::Message(m)) | TxnEvent::Message(m)
+                if m.prefix == SIGNAL_PREFIX =>
+            {
+                self.on_signal(&m.content, m.lsn);
+                0
+            }
             _ => {
                 let mut n = self.converter.handle(
                     event,
@@ -87,6 +95,7 @@ impl Source<'_> {
                     &mut self.pending.events,
                 )?;
                 if let TxnEvent::Change(_) = event {
+                    self.note_new_tables(start, lsn);
                     n -= self.snapshot_on_changes(shared, start);
                 }
                 n

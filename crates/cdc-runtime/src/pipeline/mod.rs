@@ -91,7 +91,9 @@ mod convert;
 mod defaults;
 mod error;
 mod options;
+mod partitions;
 mod progress;
+mod requests;
 mod session;
 mod ship;
 mod sink_task;
@@ -247,6 +249,9 @@ impl Pipeline {
             start = start.or(Some(resume.source.commit_end_lsn));
         }
         let snapshot = snapshot_bridge::start_snapshot(snapshot, coordinator.as_ref())?;
+        let partitions = snapshot.as_ref().and_then(|s| {
+            partitions::PartitionWatch::spawn(s.client_settings().clone(), s.partitioned_tables())
+        });
         let snapshot_state = snapshot_bridge::snapshot_state(snapshot.as_ref());
         let lsn = LsnProgress::new(sinks.len(), coordinator.is_some());
         let mut shared = Shared {
@@ -281,6 +286,9 @@ impl Pipeline {
                 &options.slot,
                 options.byte_budget,
             ),
+            asked: Vec::new(),
+            appeared: Default::default(),
+            partitions,
         };
         tokio::pin!(shutdown);
         let stream = source.stream(&mut shared, shutdown.as_mut()).await?;

@@ -47,9 +47,17 @@ pub(super) struct Source<'o> {
     pub(super) idle_position: Lsn,
     /// Inside a transaction that ended at or before `processed`.
     pub(super) skipping: bool,
-    /// The initial snapshot, while it runs.
+    /// The snapshot: the initial one while it runs, then tables read on
+    /// request or because they appeared.
     pub(super) snapshot: Option<Snapshot>,
     pub(super) spill: Spiller,
+    /// Tables to read, noted during conversion and served between
+    /// transactions (see `requests`).
+    pub(super) asked: Vec<super::requests::Asked>,
+    /// Tables that appeared while the job runs and were noted already.
+    pub(super) appeared: std::collections::HashSet<cdc_core::Oid>,
+    /// Watches the partitions of published partitioned tables.
+    pub(super) partitions: Option<super::partitions::PartitionWatch>,
 }
 
 impl Source<'_> {
@@ -186,6 +194,10 @@ impl Source<'_> {
                     return Err(Shared::sink_failure(joined));
                 }
                 e = snapshot_failed(&mut self.snapshot) => return Err(PipelineError::Snapshot(e)),
+                attached = super::partitions::next_attached(&mut self.partitions) => {
+                    self.asked.push(super::requests::Asked::Attached(attached));
+                    self.serve_requests(shared).await?;
+                }
                 saved = checkpoint_saved(&mut shared.coordinator), if saving => {
                     saved.map_err(PipelineError::Checkpoint)?;
                     // Let the slot move right away.
@@ -295,7 +307,7 @@ impl Source<'_> {
                 }
             }
         }
-        Ok(())
+        self.serve_requests(shared).await
     }
 }
 

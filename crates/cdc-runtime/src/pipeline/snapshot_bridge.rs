@@ -18,8 +18,7 @@ use crate::replication::ReplicationStream;
 use crate::snapshot::{FromFallback, Snapshot, SnapshotPlan, SnapshotState};
 
 /// The snapshot to take: `plan`'s, continuing the progress of the
-/// checkpoint `coordinator` resumes from; none without a plan or when that
-/// checkpoint's snapshot is complete.
+/// checkpoint `coordinator` resumes from; none without a plan.
 pub(super) fn start_snapshot(
     plan: Option<SnapshotPlan>,
     coordinator: Option<&Coordinator>,
@@ -27,17 +26,10 @@ pub(super) fn start_snapshot(
     let resumed_snapshot = coordinator
         .and_then(Coordinator::resume)
         .and_then(|c| c.snapshot.as_ref());
+    // Even when the checkpoint's snapshot is complete: tables added since
+    // are read, and requests may come.
     let snapshot = match plan {
-        Some(_) if resumed_snapshot.is_some_and(|p| p.complete) => None,
-        Some(plan) => {
-            let s = Snapshot::new(
-                plan.tables,
-                plan.replication,
-                plan.options,
-                resumed_snapshot,
-            )?;
-            Some(s)
-        }
+        Some(plan) => Some(Snapshot::new(plan, resumed_snapshot)?),
         None => None,
     };
     Ok(snapshot)

@@ -24,9 +24,22 @@ pub struct Column {
     pub type_sql: String,
 }
 
+/// Why a table is read while the job runs, and which rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRequest {
+    /// The request's id (a signal's id, or one pgcdc made).
+    pub id: String,
+    /// An SQL condition the read adds (`--where`), validated before use.
+    pub filter: Option<String>,
+    /// LSN of the signal that asked (invalid: pgcdc asked itself).
+    pub lsn: cdc_core::Lsn,
+}
+
 /// A published table as the snapshot reads it.
 #[derive(Debug, Clone)]
 pub struct SnapshotTable {
+    /// The table's oid.
+    pub oid: Oid,
     /// Schema (namespace).
     pub schema: String,
     /// Table name.
@@ -40,8 +53,13 @@ pub struct SnapshotTable {
     pub row_filter: Option<String>,
     /// The planner's row estimate (`reltuples`), for progress; `None` if unknown.
     pub estimated_rows: Option<u64>,
+    /// A partitioned table (its rows live in its partitions).
+    pub partitioned: bool,
     /// The shared schema of the snapshot's events.
     pub event_schema: Arc<TableSchema>,
+    /// Set when the read was asked for while the job runs (on-demand, or a
+    /// table that appeared); `None` for the initial snapshot.
+    pub request: Option<TableRequest>,
 }
 
 impl SnapshotTable {
@@ -57,6 +75,23 @@ impl SnapshotTable {
     /// `schema.name`, for logs.
     pub fn display_name(&self) -> String {
         format!("{}.{}", self.schema, self.name)
+    }
+
+    /// The conditions every read of the table adds: the publication's row
+    /// filter (so the snapshot and the stream agree) and the request's.
+    pub fn filters(&self) -> impl Iterator<Item = &str> {
+        self.row_filter
+            .as_deref()
+            .into_iter()
+            .chain(self.request.as_ref().and_then(|r| r.filter.as_deref()))
+    }
+
+    /// The same table, read again for `request`.
+    pub fn for_request(&self, request: TableRequest) -> SnapshotTable {
+        SnapshotTable {
+            request: Some(request),
+            ..self.clone()
+        }
     }
 
     /// The quoted column list of `SELECT`.
@@ -114,7 +149,7 @@ pub async fn published_tables(
         .query(
             &format!(
                 "SELECT DISTINCT pt.schemaname::text, pt.tablename::text, c.oid, \
-                 GREATEST(c.reltuples, -1)::float8, {extra} \
+                 GREATEST(c.reltuples, -1)::float8, {extra}, c.relkind = 'p' \
                  FROM pg_catalog.pg_publication_tables pt \
                  JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname \
                  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename \
@@ -131,6 +166,7 @@ pub async fn published_tables(
         let reltuples: f64 = row.try_get(3)?;
         let attnames: Option<Vec<String>> = row.try_get(4)?;
         let row_filter: Option<String> = row.try_get(5)?;
+        let partitioned: bool = row.try_get(6)?;
         let mut columns = columns(client, oid).await?;
         if let Some(names) = attnames {
             columns.retain(|c| names.contains(&c.name));
@@ -162,13 +198,16 @@ pub async fn published_tables(
                 .collect(),
         });
         tables.push(SnapshotTable {
+            oid,
             schema,
             name,
             columns,
             key,
             row_filter,
             estimated_rows: (reltuples >= 0.0).then_some(reltuples as u64),
+            partitioned,
             event_schema,
+            request: None,
         });
     }
     Ok(tables)

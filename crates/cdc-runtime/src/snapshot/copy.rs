@@ -162,6 +162,7 @@ mod tests {
 
     fn table(types: &[Oid]) -> SnapshotTable {
         SnapshotTable {
+            oid: 1,
             schema: "public".into(),
             name: "t".into(),
             columns: types
@@ -177,12 +178,14 @@ mod tests {
             key: vec![0],
             row_filter: None,
             estimated_rows: None,
+            partitioned: false,
             event_schema: Arc::new(TableSchema {
                 oid: 1,
                 schema: "public".into(),
                 table: "t".into(),
                 columns: Vec::new(),
             }),
+            request: None,
         }
     }
 

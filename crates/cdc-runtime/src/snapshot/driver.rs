@@ -7,16 +7,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use checkpoint_api::{SnapshotProgress, TableCursor, TableDone, TableRef};
+use checkpoint_api::{SnapshotProgress, SnapshotRequest, TableCursor, TableDone, TableRef};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 
-use super::catalog::SnapshotTable;
+use super::catalog::{SnapshotTable, TableRequest};
 use super::key::RowKey;
 use super::merge::{ChunkId, Merger};
 use super::progress::{Display, TableProgress};
 use super::reader::{self, KeyRange, PlanCursor, Start, ToSource};
-use super::{SnapshotError, SnapshotOptions};
+use super::{OnUnreadable, SnapshotError, SnapshotOptions, SnapshotPlan};
 use crate::event::{RowValues, TableSchema};
 use crate::replication::ReplicationConfig;
 use crate::tls_connect::PgClientSettings;
@@ -40,7 +40,18 @@ struct Chunk {
 
 /// The snapshot as the pipeline runs it.
 pub(crate) struct Snapshot {
+    /// Whether a table that appears while the job runs is read.
+    pub(crate) read_new_tables: bool,
+    /// What to do with a table that cannot be read.
+    pub(crate) on_unreadable: OnUnreadable,
+    /// Every published table the snapshot knows of (requests name these).
+    catalog: Vec<SnapshotTable>,
+    /// The keyed tables to read, in order: those of the initial snapshot
+    /// not read yet, then the requests.
     tables: Arc<Vec<SnapshotTable>>,
+    /// `tables.len()` when the readers were started: they read up to here,
+    /// and readers for tables added later start when they are done.
+    generation_end: usize,
     /// Tables without a key, not done yet.
     fallback_tables: Arc<Vec<SnapshotTable>>,
     fallback: Fallback,
@@ -65,9 +76,11 @@ pub(crate) struct Snapshot {
     chunks_done: u64,
     rows_done: u64,
     tables_done: Vec<TableDone>,
+    /// The newest answered requests (at most [`REQUESTS_KEPT`]).
+    requests_done: Vec<TableDone>,
     done_tx: watch::Sender<usize>,
     /// Per stream schema: which snapshot table it is.
-    stream_keys: HashMap<usize, (Arc<TableSchema>, StreamTable)>,
+    stream_keys: HashMap<usize, (Arc<TableSchema>, usize, StreamTable)>,
     started_at: Instant,
     display: Display,
     rows_total: u64,
@@ -83,6 +96,9 @@ impl std::fmt::Debug for Snapshot {
     }
 }
 
+/// Answered requests a checkpoint keeps, for status output.
+const REQUESTS_KEPT: usize = 20;
+
 fn table_ref(t: &SnapshotTable) -> TableRef {
     TableRef {
         schema: t.schema.clone(),
@@ -91,37 +107,138 @@ fn table_ref(t: &SnapshotTable) -> TableRef {
 }
 
 impl Snapshot {
-    /// A snapshot of `tables` (those with a key), continuing `resume` if
-    /// given. Nothing is read until [`restart`](Self::restart).
+    /// A snapshot of the published `tables`, continuing `resume` if given.
+    /// Tables `resume` records as read are not read again; tables it does
+    /// not know (added since) are, and so are its pending requests. Tables
+    /// no longer published are forgotten, so they are read again if they
+    /// come back. Nothing is read until [`restart`](Self::restart).
     pub(crate) fn new(
-        tables: Vec<SnapshotTable>,
-        replication: ReplicationConfig,
-        options: SnapshotOptions,
+        plan: SnapshotPlan,
         resume: Option<&SnapshotProgress>,
     ) -> Result<Self, SnapshotError> {
+        let SnapshotPlan {
+            tables,
+            replication,
+            options,
+            read_unrecorded,
+            read_new_tables,
+            unreadable,
+        } = plan;
+        let on_unreadable = options.on_unreadable;
         let settings = PgClientSettings::new(&replication)
             .map_err(|e| SnapshotError::Connect(e.to_string()))?;
-        let done: Vec<TableDone> = resume.map(|p| p.tables_done.clone()).unwrap_or_default();
-        let is_done = |t: &SnapshotTable| done.iter().any(|d| d.table == table_ref(t));
-        let (tables, keyless): (Vec<_>, Vec<_>) =
-            tables.into_iter().partition(|t| !t.key.is_empty());
-        let keyless: Vec<_> = keyless.into_iter().filter(|t| !is_done(t)).collect();
+        let catalog = tables.clone();
+        let mut done: Vec<TableDone> = Vec::new();
+        for d in resume.map(|p| p.tables_done.as_slice()).unwrap_or_default() {
+            // Known by oid first (a renamed table stays read), else by name.
+            let published = tables
+                .iter()
+                .find(|t| d.oid != 0 && t.oid == d.oid)
+                .or_else(|| tables.iter().find(|t| table_ref(t) == d.table));
+            match published {
+                Some(t) => done.push(TableDone {
+                    table: table_ref(t),
+                    oid: t.oid,
+                    ..d.clone()
+                }),
+                None => {
+                    tracing::info!(table = %format_args!("{}.{}", d.table.schema, d.table.name),
+                    "snapshot: the table is no longer published; if it is published again, it is read again")
+                }
+            }
+        }
+        let is_done = |done: &[TableDone], t: &SnapshotTable| {
+            done.iter()
+                .any(|d| (d.oid != 0 && d.oid == t.oid) || d.table == table_ref(t))
+        };
+        if !read_unrecorded {
+            // Taken as they are: their rows are not read, later changes stream.
+            for t in &tables {
+                if !is_done(&done, t) {
+                    tracing::info!(table = %t.display_name(), "snapshot: the table is taken as it is (its existing rows are not read; `pgcdc snapshot` reads them on request)");
+                    done.push(TableDone {
+                        table: table_ref(t),
+                        oid: t.oid,
+                        ..TableDone::default()
+                    });
+                }
+            }
+        }
+        // Tables the role may not read: stop, or go on without them.
+        for t in tables.iter().filter(|t| unreadable.contains(&t.oid)) {
+            if is_done(&done, t) {
+                continue;
+            }
+            let name = t.display_name();
+            match on_unreadable {
+                OnUnreadable::Stop => {
+                    return Err(SnapshotError::Unreadable {
+                        reason: "the job's role may not SELECT from it".into(),
+                        fix: format!("GRANT SELECT ON {} TO the job's role", t.quoted()),
+                        table: name,
+                    })
+                }
+                OnUnreadable::Warn => {
+                    tracing::warn!(table = %name, "snapshot: the job's role may not SELECT from the table; its existing rows are NOT read (snapshot.on_unreadable_table = \"warn\"); its changes stream");
+                    done.push(TableDone {
+                        table: table_ref(t),
+                        oid: t.oid,
+                        skipped: true,
+                        ..TableDone::default()
+                    });
+                }
+            }
+        }
+        let (mut keyed, keyless): (Vec<_>, Vec<_>) = tables
+            .into_iter()
+            .filter(|t| !is_done(&done, t))
+            .partition(|t| !t.key.is_empty());
+        if resume.is_some_and(|p| p.complete) {
+            // Tables added since the snapshot finished.
+            for t in keyed.iter().chain(&keyless) {
+                tracing::info!(table = %t.display_name(), "snapshot: the table has not been read yet; reading it while the stream runs");
+            }
+        }
+        // Requests asked for before the checkpoint, read after the tables.
+        for r in resume.map(|p| p.requests.as_slice()).unwrap_or_default() {
+            let found = catalog.iter().find(|t| table_ref(t) == r.table);
+            match found {
+                Some(t) if !t.key.is_empty() => keyed.push(t.for_request(TableRequest {
+                    id: r.id.clone(),
+                    filter: r.filter.clone(),
+                    lsn: r.lsn,
+                })),
+                _ => {
+                    tracing::warn!(request = %r.id, table = %format_args!("{}.{}", r.table.schema, r.table.name),
+                    "snapshot request dropped: the table is no longer published, or has no key")
+                }
+            }
+        }
         let fallback = if keyless.is_empty() {
             Fallback::Done
         } else {
             Fallback::Idle
         };
-        let table = tables
-            .iter()
-            .position(|t| !is_done(t))
-            .unwrap_or(tables.len());
+        // The table a checkpoint was reading goes first, so its cursor holds.
+        if let Some(c) = resume.and_then(|p| p.in_progress.as_ref()) {
+            let at = keyed.iter().position(|t| {
+                table_ref(t) == c.table
+                    && t.request.as_ref().map(|r| &r.id) == c.request_id.as_ref()
+            });
+            if let Some(i) = at {
+                let t = keyed.remove(i);
+                keyed.insert(0, t);
+            }
+        }
+        let table = 0;
         let mut cursor = PlanCursor::default();
         let (mut chunks_done, mut rows_done) = (0, 0);
         if let (Some(t), Some(c)) = (
-            tables.get(table),
+            keyed.get(table),
             resume.and_then(|p| p.in_progress.as_ref()),
         ) {
-            if c.table == table_ref(t) {
+            let request = t.request.as_ref().map(|r| &r.id);
+            if c.table == table_ref(t) && c.request_id.as_ref() == request {
                 cursor = serde_json::from_slice(&c.cursor)
                     .map_err(|e| SnapshotError::Cursor(e.to_string()))?;
                 chunks_done = c.chunks_done;
@@ -133,7 +250,11 @@ impl Snapshot {
         let now = Instant::now();
         let display = Display::new(options.log_interval);
         let s = Snapshot {
-            tables: Arc::new(tables),
+            read_new_tables,
+            on_unreadable,
+            catalog,
+            tables: Arc::new(keyed),
+            generation_end: 0,
             fallback_tables: Arc::new(keyless),
             fallback,
             replication,
@@ -154,6 +275,7 @@ impl Snapshot {
             chunks_done,
             rows_done,
             tables_done: done,
+            requests_done: resume.map(|p| p.requests_done.clone()).unwrap_or_default(),
             done_tx,
             stream_keys: HashMap::new(),
             started_at: now,
@@ -161,8 +283,92 @@ impl Snapshot {
             rows_total: 0,
         };
         // Readers start with the stream (see `restart`).
-        s.log_start();
+        if !s.is_complete() {
+            s.log_start();
+        }
         Ok(s)
+    }
+
+    /// The published partitioned tables (their partitions are watched).
+    pub(crate) fn partitioned_tables(&self) -> Vec<cdc_core::Oid> {
+        self.catalog
+            .iter()
+            .filter(|t| t.partitioned)
+            .map(|t| t.oid)
+            .collect()
+    }
+
+    /// How the readers connect (ordinary connections).
+    pub(crate) fn client_settings(&self) -> &PgClientSettings {
+        &self.settings
+    }
+
+    /// Whether `oid` is a table the snapshot knows: published when the job
+    /// started, read before, or asked for since.
+    pub(crate) fn knows(&self, oid: cdc_core::Oid) -> bool {
+        self.catalog.iter().any(|t| t.oid == oid)
+            || self.tables_done.iter().any(|d| d.oid == oid)
+            || self.tables.iter().any(|t| t.oid == oid)
+    }
+
+    /// Whether a request with this id is pending or was answered recently
+    /// (a signal replayed after a restart is not read twice).
+    pub(crate) fn has_request(&self, id: &str) -> bool {
+        self.tables[self.table.min(self.tables.len())..]
+            .iter()
+            .any(|t| t.request.as_ref().is_some_and(|r| r.id == id))
+            || self
+                .requests_done
+                .iter()
+                .any(|d| d.request_id.as_deref() == Some(id))
+    }
+
+    /// Reads `table` (with a key) after the tables before it, while the
+    /// stream runs. Call between transactions.
+    pub(crate) fn add(&mut self, table: SnapshotTable) {
+        tracing::info!(table = %table.display_name(),
+            request = table.request.as_ref().map(|r| r.id.as_str()).unwrap_or(""),
+            filter = table.request.as_ref().and_then(|r| r.filter.as_deref()).unwrap_or(""),
+            "snapshot: table queued for reading");
+        self.defer(&table);
+        let idle = self.keyed_complete();
+        Arc::make_mut(&mut self.tables).push(table);
+        if idle {
+            self.started_at = Instant::now();
+            self.rows_total = 0;
+            self.spawn_readers();
+        }
+    }
+
+    /// Records `table` as skipped: not read (it cannot be, and the job
+    /// goes on without it).
+    pub(crate) fn skip(&mut self, table: &SnapshotTable) {
+        self.record(table, true);
+    }
+
+    /// Records `table` as taken as it is: not read, by choice.
+    pub(crate) fn skip_as_is(&mut self, table: &SnapshotTable) {
+        self.record(table, false);
+    }
+
+    fn record(&mut self, table: &SnapshotTable, skipped: bool) {
+        self.tables_done.push(TableDone {
+            table: table_ref(table),
+            oid: table.oid,
+            skipped,
+            ..TableDone::default()
+        });
+        self.defer(table);
+    }
+
+    /// Knows `table` without reading it or recording it as read: the next
+    /// start reads it.
+    pub(crate) fn defer(&mut self, table: &SnapshotTable) {
+        if !self.catalog.iter().any(|t| t.oid == table.oid) {
+            let mut known = table.clone();
+            known.request = None;
+            self.catalog.push(known);
+        }
     }
 
     fn log_start(&self) {
@@ -195,6 +401,7 @@ impl Snapshot {
     }
 
     fn spawn_readers(&mut self) {
+        self.generation_end = self.tables.len();
         self.token = Arc::from(format!("{:016x}", random_u64()));
         let start = Start {
             table: self.table,
@@ -314,21 +521,37 @@ impl Snapshot {
             && self.redo.is_empty()
             && !self.chunks.values().any(|c| c.table == self.table)
         {
-            let Some(t) = self.tables.get(self.table).map(table_ref) else {
+            let Some(t) = self.tables.get(self.table) else {
                 break;
             };
-            self.log_progress(true);
-            self.tables_done.push(TableDone {
-                table: t,
+            let done = TableDone {
+                table: table_ref(t),
                 chunks: self.chunks_done,
                 rows: self.rows_done,
-            });
+                oid: t.oid,
+                request_id: t.request.as_ref().map(|r| r.id.clone()),
+                skipped: false,
+            };
+            let name = t.display_name();
+            self.log_progress(true);
+            if done.request_id.is_some() {
+                tracing::info!(table = %name, request = ?done.request_id, rows = done.rows, "snapshot request done");
+                self.requests_done.push(done);
+                let excess = self.requests_done.len().saturating_sub(REQUESTS_KEPT);
+                self.requests_done.drain(..excess);
+            } else {
+                self.tables_done.push(done);
+            }
             self.table += 1;
             self.cursor = PlanCursor::default();
             self.planned_all = false;
             self.chunks_done = 0;
             self.rows_done = 0;
             self.done_tx.send_replace(self.table);
+            // Tables added after the readers started get readers of their own.
+            if self.table == self.generation_end && self.table < self.tables.len() {
+                self.spawn_readers();
+            }
             if self.is_complete() {
                 self.log_complete();
             } else if let Some(t) = self.tables.get(self.table) {
@@ -407,13 +630,28 @@ impl Snapshot {
                 chunks_done: self.chunks_done,
                 rows_done: self.rows_done,
                 cursor: Bytes::from(serde_json::to_vec(&cursor).unwrap_or_default()),
+                request_id: t.request.as_ref().map(|r| r.id.clone()),
             }
         });
+        let requests = self.tables[self.table.min(self.tables.len())..]
+            .iter()
+            .filter_map(|t| {
+                let r = t.request.as_ref()?;
+                Some(SnapshotRequest {
+                    id: r.id.clone(),
+                    table: table_ref(t),
+                    filter: r.filter.clone(),
+                    lsn: r.lsn,
+                })
+            })
+            .collect();
         SnapshotProgress {
             consistent_point: cdc_core::Lsn::INVALID,
             tables_done: self.tables_done.clone(),
             in_progress,
             complete: self.is_complete(),
+            requests,
+            requests_done: self.requests_done.clone(),
         }
     }
 }

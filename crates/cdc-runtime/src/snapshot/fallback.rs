@@ -89,8 +89,10 @@ pub(crate) async fn run(
     drop(marker);
     for (i, table) in tables.iter().enumerate() {
         let mut query = format!("SELECT {} FROM {}", table.select_list(), table.quoted());
-        if let Some(filter) = &table.row_filter {
-            query.push_str(&format!(" WHERE ({filter})"));
+        let filters: Vec<_> = table.filters().map(|f| format!("({f})")).collect();
+        if !filters.is_empty() {
+            query.push_str(" WHERE ");
+            query.push_str(&filters.join(" AND "));
         }
         let mut decoder = RowDecoder::new(table);
         let stream = client.copy_out(&decoder.copy_statement(&query)).await?;

@@ -50,7 +50,7 @@ mod reader;
 
 use std::time::Duration;
 
-pub use catalog::{published_tables, Column, SnapshotTable};
+pub use catalog::{published_tables, Column, SnapshotTable, TableRequest};
 pub(crate) use driver::Snapshot;
 pub(crate) use fallback::FromFallback;
 pub use key::RowKey;
@@ -98,6 +98,8 @@ pub struct SnapshotOptions {
     pub readers: usize,
     /// How often progress is logged.
     pub log_interval: Duration,
+    /// What to do with a table that cannot be read.
+    pub on_unreadable: OnUnreadable,
 }
 
 impl Default for SnapshotOptions {
@@ -106,6 +108,7 @@ impl Default for SnapshotOptions {
             chunk_size: DEFAULT_CHUNK_SIZE,
             readers: DEFAULT_READERS,
             log_interval: Duration::from_secs(5),
+            on_unreadable: OnUnreadable::Stop,
         }
     }
 }
@@ -140,6 +143,16 @@ pub enum SnapshotError {
     /// The readers stopped unexpectedly.
     #[error("the snapshot readers stopped")]
     ReadersStopped,
+    /// A table to read cannot be read.
+    #[error("cannot snapshot {table}: {reason}; {fix}, or set snapshot.on_unreadable_table = \"warn\" to go on without its existing rows")]
+    Unreadable {
+        /// `schema.table`
+        table: String,
+        /// Why.
+        reason: String,
+        /// What makes it readable.
+        fix: String,
+    },
 }
 
 impl SnapshotError {
@@ -179,4 +192,42 @@ pub struct SnapshotPlan {
     pub replication: crate::replication::ReplicationConfig,
     /// Chunk size, readers.
     pub options: SnapshotOptions,
+    /// Whether published tables that no checkpoint records as read are
+    /// read (`false`: they are taken as they are, and recorded so).
+    pub read_unrecorded: bool,
+    /// Whether a table that appears in the publication while the job runs
+    /// (a new table of a published schema) is read.
+    pub read_new_tables: bool,
+    /// Tables the job's role may not `SELECT` (by oid).
+    pub unreadable: Vec<cdc_core::Oid>,
+}
+
+impl SnapshotPlan {
+    /// A plan reading `tables` (those not recorded as read), new tables
+    /// too, stopping at a table that cannot be read.
+    pub fn new(
+        tables: Vec<SnapshotTable>,
+        replication: crate::replication::ReplicationConfig,
+        options: SnapshotOptions,
+    ) -> Self {
+        SnapshotPlan {
+            tables,
+            replication,
+            options,
+            read_unrecorded: true,
+            read_new_tables: true,
+            unreadable: Vec::new(),
+        }
+    }
+}
+
+/// What the job does with a table it cannot snapshot (no `SELECT`
+/// privilege; a table without a key that appeared while the job runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnUnreadable {
+    /// Stop with an error that names the table and the fix (the default).
+    #[default]
+    Stop,
+    /// Log a warning, record the table as skipped, and go on.
+    Warn,
 }

@@ -407,7 +407,7 @@ pub(crate) async fn read_range(
     if let Some(hi) = &range.hi {
         conditions.push(format!("{} <= {}", table.key_row(), table.key_literal(hi)));
     }
-    if let Some(filter) = &table.row_filter {
+    for filter in table.filters() {
         conditions.push(format!("({filter})"));
     }
     let mut query = format!("SELECT {} FROM {}", table.select_list(), table.quoted());

@@ -98,6 +98,9 @@ impl SourceConfig {
         );
         options.create_slot = self.create_slot;
         options.create_publication = self.create_publication;
+        options.filters = self.table_filters()?;
+        options.signals = self.signals;
+        options.publish_via_partition_root = self.publish_via_partition_root;
         options.heartbeat_interval = (self.heartbeat_interval_ms > 0)
             .then(|| Duration::from_millis(self.heartbeat_interval_ms));
         Ok(options)

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::{env_bool, invalid, Config, ConfigFileError, Secret};
+use super::{env_bool, invalid, Config, ConfigFileError, Secret, TableEntry};
 
 /// Every environment variable [`Config::apply_env`] reads: the one list the
 /// reader is checked against (in debug builds, and by a test that records
@@ -25,6 +25,8 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_SOURCE_CREATE_PUBLICATION",
     "PGCDC_SOURCE_START_LSN",
     "PGCDC_SOURCE_HEARTBEAT_INTERVAL_MS",
+    "PGCDC_SOURCE_SIGNALS",
+    "PGCDC_SOURCE_PUBLISH_VIA_PARTITION_ROOT",
     "PGCDC_PIPELINE_BATCH_SIZE",
     "PGCDC_PIPELINE_BYTE_BUDGET",
     "PGCDC_PIPELINE_SPILL_DIR",
@@ -42,6 +44,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_SNAPSHOT_MODE",
     "PGCDC_SNAPSHOT_CHUNK_SIZE",
     "PGCDC_SNAPSHOT_READERS",
+    "PGCDC_SNAPSHOT_ON_UNREADABLE_TABLE",
 ];
 
 /// `PGCDC_*` variables that are not settings: the test harness's, the
@@ -185,7 +188,7 @@ impl Config {
             s.schemas = list(v);
         }
         if let Some(v) = var("tables") {
-            s.tables = list(v);
+            s.tables = list(v).into_iter().map(TableEntry::from).collect();
         }
         if let Some(v) = var("slot") {
             s.slot = v;
@@ -201,6 +204,12 @@ impl Config {
         }
         if let Some(v) = var("start_lsn") {
             s.start_lsn = Some(v);
+        }
+        if let Some(v) = var("signals") {
+            s.signals = env_bool("PGCDC_SOURCE_SIGNALS", v)?;
+        }
+        if let Some(v) = var("publish_via_partition_root") {
+            s.publish_via_partition_root = env_bool("PGCDC_SOURCE_PUBLISH_VIA_PARTITION_ROOT", v)?;
         }
         if let Some(v) = var("heartbeat_interval_ms") {
             s.heartbeat_interval_ms = v.parse().map_err(|_| {

@@ -3,7 +3,9 @@
 use serde::Deserialize;
 
 use super::{invalid, ConfigFileError};
-use cdc_runtime::snapshot::{SnapshotOptions, StartupMode, DEFAULT_CHUNK_SIZE, DEFAULT_READERS};
+use cdc_runtime::snapshot::{
+    OnUnreadable, SnapshotOptions, StartupMode, DEFAULT_CHUNK_SIZE, DEFAULT_READERS,
+};
 
 /// `mode` as written in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -47,6 +49,35 @@ pub struct SnapshotConfig {
     pub chunk_size: u64,
     /// Chunks read at once, each on its own connection.
     pub readers: usize,
+    /// A table that cannot be read (no `SELECT` privilege): `stop` (the
+    /// default) or `warn` (go on without its existing rows).
+    pub on_unreadable_table: UnreadableSetting,
+}
+
+/// `on_unreadable_table` as written in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnreadableSetting {
+    /// Stop with an error naming the table and the fix.
+    #[default]
+    Stop,
+    /// Log a warning and go on.
+    Warn,
+}
+
+impl std::str::FromStr for UnreadableSetting {
+    type Err = ConfigFileError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "stop" => Ok(UnreadableSetting::Stop),
+            "warn" => Ok(UnreadableSetting::Warn),
+            other => Err(invalid(
+                "snapshot.on_unreadable_table",
+                format!("{other:?}: use stop or warn"),
+            )),
+        }
+    }
 }
 
 impl Default for SnapshotConfig {
@@ -55,6 +86,7 @@ impl Default for SnapshotConfig {
             mode: None,
             chunk_size: DEFAULT_CHUNK_SIZE,
             readers: DEFAULT_READERS,
+            on_unreadable_table: UnreadableSetting::Stop,
         }
     }
 }
@@ -85,6 +117,10 @@ impl SnapshotConfig {
         SnapshotOptions {
             chunk_size: self.chunk_size,
             readers: self.readers,
+            on_unreadable: match self.on_unreadable_table {
+                UnreadableSetting::Stop => OnUnreadable::Stop,
+                UnreadableSetting::Warn => OnUnreadable::Warn,
+            },
             ..SnapshotOptions::default()
         }
     }
@@ -119,6 +155,9 @@ impl SnapshotConfig {
             self.readers = v
                 .parse()
                 .map_err(|_| invalid("PGCDC_SNAPSHOT_READERS", format!("{v:?} is not a number")))?;
+        }
+        if let Some(v) = var("on_unreadable_table") {
+            self.on_unreadable_table = v.parse()?;
         }
         Ok(())
     }

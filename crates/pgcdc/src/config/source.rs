@@ -4,7 +4,11 @@ use std::str::FromStr;
 
 use cdc_runtime::replication::{ReplicationConfig, RootCertSource, SslMode};
 
-use super::{invalid, table_ref, ConfigFileError, Secret, SourceConfig, TableRef};
+use std::collections::BTreeMap;
+
+use cdc_runtime::source::TableFilter;
+
+use super::{invalid, table_ref, ConfigFileError, Secret, SourceConfig, TableEntry, TableRef};
 
 impl SourceConfig {
     /// Resolves the password from `password`, `password_file` or `password_env`.
@@ -64,7 +68,24 @@ impl SourceConfig {
     pub fn table_refs(&self) -> Result<Vec<TableRef>, ConfigFileError> {
         self.tables
             .iter()
-            .map(|t| table_ref("source.tables", t))
+            .map(|t| table_ref("source.tables", t.name()))
             .collect()
+    }
+
+    /// The row filters and column lists of the configured tables.
+    pub fn table_filters(&self) -> Result<BTreeMap<TableRef, TableFilter>, ConfigFileError> {
+        let mut filters = BTreeMap::new();
+        for t in &self.tables {
+            if let TableEntry::Filtered(f) = t {
+                let filter = TableFilter {
+                    row_filter: f.row_filter.clone(),
+                    columns: f.columns.clone(),
+                };
+                if !filter.is_empty() {
+                    filters.insert(table_ref("source.tables", &f.name)?, filter);
+                }
+            }
+        }
+        Ok(filters)
     }
 }

@@ -65,7 +65,8 @@ fn environment_overrides_the_file() {
     c.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
     assert_eq!(c.source.host, "db.example");
     assert_eq!(c.source.port, 6432);
-    assert_eq!(c.source.tables, ["a", "b.c"]);
+    let names: Vec<&str> = c.source.tables.iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["a", "b.c"]);
     assert_eq!(c.pipeline.batch_size, 7);
     assert_eq!(c.pipeline.worker_threads, Some(3));
     assert_eq!(c.pipeline.runtime_threads(Some("5")), 3);

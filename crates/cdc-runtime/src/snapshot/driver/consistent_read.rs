@@ -102,6 +102,8 @@ impl Snapshot {
                 table: table_ref(t),
                 chunks: 1,
                 rows,
+                oid: t.oid,
+                ..TableDone::default()
             });
         }
     }

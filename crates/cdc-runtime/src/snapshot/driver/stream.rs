@@ -109,30 +109,34 @@ impl Snapshot {
         !matches!(self.fallback, Fallback::Done)
     }
 
-    /// How the snapshot sees the table of a stream event (cached by schema).
+    /// How the snapshot sees the table of a stream event (cached by schema
+    /// and by the table being read: chunks in flight are all of that one,
+    /// and a table read again for a request appears twice in `tables`).
     fn stream_table(&mut self, schema: &Arc<TableSchema>) -> StreamTable {
         let ptr = Arc::as_ptr(schema) as usize;
-        let tables = &self.tables;
-        let keyless = &self.fallback_tables;
-        let entry = self.stream_keys.entry(ptr).or_insert_with(|| {
-            let same = |t: &SnapshotTable| *t.schema == *schema.schema && *t.name == *schema.table;
-            let kind = match tables.iter().position(same) {
-                Some(i) => {
-                    let t = &tables[i];
-                    let idx: Option<Vec<usize>> = t
-                        .key
-                        .iter()
-                        .map(|&k| t.columns.get(k).and_then(|c| schema.column_index(&c.name)))
-                        .collect();
-                    idx.map_or(StreamTable::Other, |idx| StreamTable::Keyed(i, idx))
-                }
-                None if keyless.iter().any(same) => StreamTable::Keyless,
-                None => StreamTable::Other,
-            };
-            // Keep the schema alive so its address is not reused.
-            (schema.clone(), kind)
-        });
-        entry.1.clone()
+        let current = self.table;
+        if let Some((_, at, kind)) = self.stream_keys.get(&ptr) {
+            if *at == current {
+                return kind.clone();
+            }
+        }
+        let same = |t: &SnapshotTable| *t.schema == *schema.schema && *t.name == *schema.table;
+        let kind = match self.tables.get(current).filter(|t| same(t)) {
+            Some(t) => {
+                let idx: Option<Vec<usize>> = t
+                    .key
+                    .iter()
+                    .map(|&k| t.columns.get(k).and_then(|c| schema.column_index(&c.name)))
+                    .collect();
+                idx.map_or(StreamTable::Other, |idx| StreamTable::Keyed(current, idx))
+            }
+            None if self.fallback_tables.iter().any(same) => StreamTable::Keyless,
+            None => StreamTable::Other,
+        };
+        // Keep the schema alive so its address is not reused.
+        self.stream_keys
+            .insert(ptr, (schema.clone(), current, kind.clone()));
+        kind
     }
 
     /// Whether a stream event is held back: a change to a table without a

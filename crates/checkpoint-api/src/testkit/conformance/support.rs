@@ -146,6 +146,7 @@ pub fn sample_checkpoint(job: &JobName, id: CheckpointId, lsn: Lsn) -> Checkpoin
                 },
                 chunks: 12,
                 rows: 120_000,
+                ..TableDone::default()
             }],
             in_progress: Some(TableCursor {
                 table: TableRef {
@@ -155,8 +156,10 @@ pub fn sample_checkpoint(job: &JobName, id: CheckpointId, lsn: Lsn) -> Checkpoin
                 chunks_done: 3,
                 rows_done: 30_000,
                 cursor: Bytes::from_static(b"\x00\x00\x75\x30"),
+                ..TableCursor::default()
             }),
             complete: false,
+            ..SnapshotProgress::default()
         }),
         sinks: vec![SinkPosition {
             sink_id: "kafka".into(),
