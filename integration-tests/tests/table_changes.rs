@@ -833,3 +833,185 @@ async fn partitioned_table_cross_partition_update_and_attach_mid_stream() {
     assert_eq!(source.len(), 301);
     assert_eq!(apply(&events, "m"), source);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_demand_snapshot_resumes_after_sigkill() {
+    const ROWS: i64 = 100_000;
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE big (id bigint PRIMARY KEY, v int);
+             INSERT INTO big SELECT g, 0 FROM generate_series(1, {ROWS}) g;"
+        ))
+        .await
+        .unwrap();
+    let dir = TempDir::new("ondemand-kill");
+    let out = dir.0.join("events.json");
+    let config_path = dir.0.join("pgcdc.toml");
+    // The initial snapshot is not taken; the request reads in 1,000-row chunks.
+    let config = file_config(&db, &["public.big"], "odk", &out)
+        .replace("chunk_size = 1000", "chunk_size = 1000\nmode = \"latest\"");
+    std::fs::write(&config_path, config).unwrap();
+    let store = store(&db).await;
+    let log_filter = "info,cdc_runtime::snapshot=debug,tokio_postgres=warn";
+    let mut first = Pgcdc::run_with_log(&config_path, log_filter).unwrap();
+    eventually("the first checkpoint", || {
+        recorded(&store, "odk", "public.big")
+    })
+    .await;
+    client
+        .batch_execute(
+            r#"INSERT INTO pgcdc.signals (id, type, data) VALUES ('again', 'execute-snapshot',
+               '{"data-collections": ["public.big"]}')"#,
+        )
+        .await
+        .unwrap();
+    eventually("a checkpoint with 10 chunks of the request", || async {
+        progress(&store, "odk").await.filter(|p| {
+            p.in_progress
+                .as_ref()
+                .is_some_and(|c| c.request_id.as_deref() == Some("again") && c.chunks_done >= 10)
+        })
+    })
+    .await;
+    let pid = first.id().unwrap();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    first.wait(Duration::from_secs(10)).await.unwrap();
+    let admin = db.connect().await.unwrap();
+    eventually("the killed instance's sessions to end", || async {
+        let left: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND (application_name = 'pgcdc' OR application_name LIKE 'pgcdc %')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (left == 0).then_some(())
+    })
+    .await;
+    let saved = progress(&store, "odk").await.unwrap();
+    let cursor = saved.in_progress.clone().unwrap();
+    assert_eq!(cursor.request_id.as_deref(), Some("again"));
+
+    let mut second = Pgcdc::run_with_log(&config_path, log_filter).unwrap();
+    let done = eventually("the request answered after the restart", || async {
+        progress(&store, "odk").await.filter(|p| {
+            p.requests_done
+                .iter()
+                .any(|d| d.request_id.as_deref() == Some("again"))
+        })
+    })
+    .await;
+    second.terminate(Duration::from_secs(30)).await.unwrap();
+    let answered = done
+        .requests_done
+        .iter()
+        .find(|d| d.request_id.as_deref() == Some("again"))
+        .unwrap();
+    let reads_after = chunk_reads(&second.stderr(), "public.big");
+    println!(
+        "on-demand snapshot of {ROWS} rows: {} chunks, {} done at the kill, {} read after the restart",
+        answered.chunks,
+        cursor.chunks_done,
+        reads_after.len()
+    );
+    assert_eq!(answered.rows, ROWS as u64, "every row read once in all");
+    assert!(
+        (reads_after.len() as u64) < answered.chunks,
+        "chunks done before the kill were not read again"
+    );
+    // Every row arrived as a read (some twice: those of chunks in flight at
+    // the kill), and the signal reached no sink.
+    let events = file_events(&out);
+    let read: std::collections::BTreeSet<i64> = ops_of(&events, "big")
+        .into_iter()
+        .filter(|(op, _)| op == "r")
+        .map(|(_, id)| id)
+        .collect();
+    assert_eq!(read.len(), ROWS as usize);
+    assert!(!events.iter().any(|e| e["source"]["table"] == "signals"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_the_role_may_not_read_stops_the_job_or_is_skipped_with_a_warning() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE open_t (id bigint PRIMARY KEY, v int);
+             CREATE TABLE closed_t (id bigint PRIMARY KEY, v int);
+             INSERT INTO open_t SELECT g, 0 FROM generate_series(1, 5) g;
+             INSERT INTO closed_t SELECT g, 0 FROM generate_series(1, 5) g;
+             DO $$ BEGIN
+               IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgcdc_limited') THEN
+                 CREATE ROLE pgcdc_limited LOGIN REPLICATION;
+               END IF;
+             END $$;
+             GRANT SELECT ON open_t TO pgcdc_limited;
+             CREATE PUBLICATION priv_pub FOR TABLE open_t, closed_t;",
+        )
+        .await
+        .unwrap();
+    let dir = TempDir::new("privileges");
+    let out = dir.0.join("events.json");
+    let config_path = dir.0.join("pgcdc.toml");
+    let user = format!("user = {:?}", db.user());
+    let config = |on_unreadable: &str| {
+        let source = db
+            .source_toml(&["public.open_t", "public.closed_t"], "priv", "priv_pub")
+            .replace(
+                &user,
+                "user = \"pgcdc_limited\"\ncreate_publication = false\nsignals = false",
+            );
+        format!(
+            r#"
+            {source}
+            [[sinks]]
+            type = "file"
+            path = {out:?}
+
+            [snapshot]
+            on_unreadable_table = {on_unreadable:?}
+            "#
+        )
+    };
+    std::fs::write(&config_path, config("stop")).unwrap();
+    let stopped = integration_tests::run_pgcdc(
+        &["run", "--config", config_path.to_str().unwrap()],
+        Duration::from_secs(120),
+    )
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&stopped.stderr);
+    assert!(!stopped.status.success(), "{said}");
+    assert!(
+        said.contains("cannot snapshot public.closed_t")
+            && said.contains("GRANT SELECT ON \"public\".\"closed_t\""),
+        "{said}"
+    );
+    // The slot it created stays; without checkpoints pgcdc reads only with a
+    // new slot, so drop it to start over.
+    client
+        .batch_execute("SELECT pg_drop_replication_slot('priv')")
+        .await
+        .unwrap();
+
+    std::fs::write(&config_path, config("warn")).unwrap();
+    let mut job = Pgcdc::run(&config_path).unwrap();
+    for id in 1..=5 {
+        arrived(&out, "open_t", id).await;
+    }
+    job.terminate(Duration::from_secs(30)).await.unwrap();
+    let log = job.stderr();
+    assert!(
+        log.contains("may not SELECT from the table") && log.contains("closed_t"),
+        "{log}"
+    );
+    assert!(ops_of(&file_events(&out), "closed_t").is_empty());
+}

@@ -154,13 +154,16 @@ pub async fn connect(settings: &PgClientSettings) -> Result<Client, SnapshotErro
 /// Opens the session chunks are read on: pgcdc's own protocol client,
 /// which hands COPY rows over in place from 128 KiB socket reads (see
 /// [`ReplicationConnection::copy_out`]), with the replication connection's
-/// session settings (so text reads print values as the stream does).
+/// session settings (so text reads print values as the stream does), and
+/// read-only.
 async fn connect_reading(
     config: &ReplicationConfig,
 ) -> Result<ReplicationConnection, SnapshotError> {
     let config = config.clone().application_name("pgcdc snapshot");
     let mut conn = ReplicationConnection::connect_session(&config).await?;
-    conn.simple_query("SET statement_timeout = 0").await?;
+    // Reads only: a request's condition (`pgcdc snapshot --where`) runs here.
+    conn.simple_query("SET statement_timeout = 0; SET default_transaction_read_only = on")
+        .await?;
     Ok(conn)
 }
 
