@@ -339,7 +339,7 @@ async fn slot_two_phase(
     let two_phase = results
         .iter()
         .flat_map(|r| r.rows().first())
-        .any(|row| row.get(0).cloned().flatten().as_deref() == Some("t"));
+        .any(|row| row.first().cloned().flatten().as_deref() == Some("t"));
     Ok(two_phase)
 }
 
