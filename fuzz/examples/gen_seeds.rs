@@ -138,6 +138,39 @@ fn prepare(xid: u32, gid: &'static str) -> Prepare<'static> {
     }
 }
 
+/// Prepare, commit prepared; rollback prepared of another.
+fn two_phase() -> Vec<LogicalMessage<'static>> {
+    vec![
+        LogicalMessage::BeginPrepare(BeginPrepare {
+            prepare_lsn: lsn(0x300),
+            end_lsn: lsn(0x308),
+            prepare_time: ts(2),
+            xid: 12,
+            gid: Cow::Borrowed("g1"),
+        }),
+        relation(None),
+        insert(None, 1),
+        LogicalMessage::Prepare(prepare(12, "g1")),
+        LogicalMessage::CommitPrepared(CommitPrepared {
+            flags: 0,
+            commit_lsn: lsn(0x600),
+            end_lsn: lsn(0x608),
+            commit_time: ts(6),
+            xid: 12,
+            gid: Cow::Borrowed("g1"),
+        }),
+        LogicalMessage::RollbackPrepared(RollbackPrepared {
+            flags: 0,
+            prepare_end_lsn: lsn(0x308),
+            rollback_end_lsn: lsn(0x708),
+            prepare_time: ts(2),
+            rollback_time: ts(7),
+            xid: 13,
+            gid: Cow::Borrowed("g2"),
+        }),
+    ]
+}
+
 fn stream_start(xid: u32, first: bool) -> LogicalMessage<'static> {
     LogicalMessage::StreamStart(StreamStart {
         xid,
@@ -224,39 +257,9 @@ fn sequences(parallel: bool) -> Vec<(&'static str, ProtocolVersion, Vec<LogicalM
                 }),
             ],
         ),
-        (
-            "two-phase",
-            ProtocolVersion::V3,
-            vec![
-                LogicalMessage::BeginPrepare(BeginPrepare {
-                    prepare_lsn: lsn(0x300),
-                    end_lsn: lsn(0x308),
-                    prepare_time: ts(2),
-                    xid: 12,
-                    gid: Cow::Borrowed("g1"),
-                }),
-                relation(None),
-                insert(None, 1),
-                LogicalMessage::Prepare(prepare(12, "g1")),
-                LogicalMessage::CommitPrepared(CommitPrepared {
-                    flags: 0,
-                    commit_lsn: lsn(0x600),
-                    end_lsn: lsn(0x608),
-                    commit_time: ts(6),
-                    xid: 12,
-                    gid: Cow::Borrowed("g1"),
-                }),
-                LogicalMessage::RollbackPrepared(RollbackPrepared {
-                    flags: 0,
-                    prepare_end_lsn: lsn(0x308),
-                    rollback_end_lsn: lsn(0x708),
-                    prepare_time: ts(2),
-                    rollback_time: ts(7),
-                    xid: 13,
-                    gid: Cow::Borrowed("g2"),
-                }),
-            ],
-        ),
+        ("two-phase", ProtocolVersion::V3, two_phase()),
+        // A slot created with two_phase sends the same under v1.
+        ("two-phase-v1", ProtocolVersion::V1, two_phase()),
         (
             "stream-prepare",
             ProtocolVersion::V4,

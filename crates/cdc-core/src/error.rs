@@ -185,6 +185,16 @@ pub enum ProtocolError {
         /// The xid.
         xid: Xid,
     },
+    /// A Commit Prepared or Rollback Prepared names a transaction that is
+    /// held but not prepared (still streaming), or prepared under another
+    /// gid.
+    #[error("{what} for transaction {xid} that is not prepared under that gid")]
+    NotPrepared {
+        /// The message name.
+        what: &'static str,
+        /// The xid it names.
+        xid: Xid,
+    },
     /// A Stream Start with the first-segment flag for a transaction that
     /// already has segments.
     #[error("streamed transaction {xid} started twice")]

@@ -426,8 +426,17 @@ fn stream_abort_by_version_and_parallel_mode() {
     assert_eq!(parse(&short, ctx(3).with_parallel_streaming(true)), plain);
 }
 
+/// A slot created with `two_phase = true` sends these under every protocol
+/// version (PostgreSQL 15 does so even for `proto_version` 1 and 2); Stream
+/// Prepare only where streaming exists.
 #[test]
-fn two_phase_messages() {
+fn two_phase_messages_under_every_version() {
+    for v in 1..=4 {
+        two_phase_messages(v);
+    }
+}
+
+fn two_phase_messages(v: u32) {
     let b = B::default()
         .byte(b'b')
         .int64(LSN1)
@@ -437,7 +446,7 @@ fn two_phase_messages() {
         .string("gid-1")
         .0;
     assert_eq!(
-        parse(&b, ctx(3)),
+        parse(&b, ctx(v)),
         LogicalMessage::BeginPrepare(BeginPrepare {
             prepare_lsn: lsn(LSN1),
             end_lsn: lsn(LSN2),
@@ -467,7 +476,14 @@ fn two_phase_messages() {
             .int32(600)
             .string("gid-1")
             .0;
-        assert_eq!(parse(&b, ctx(3)), want);
+        if tag == b'p' && v < 2 {
+            assert!(matches!(
+                LogicalMessage::parse(&b, ctx(v)),
+                Err(DecodeError::NotInProtocolVersion { tag: b'p', .. })
+            ));
+        } else {
+            assert_eq!(parse(&b, ctx(v)), want, "version {v}");
+        }
     }
     let b = B::default()
         .byte(b'K')
@@ -479,7 +495,7 @@ fn two_phase_messages() {
         .string("gid-1")
         .0;
     assert_eq!(
-        parse(&b, ctx(4)),
+        parse(&b, ctx(v)),
         LogicalMessage::CommitPrepared(CommitPrepared {
             flags: 0,
             commit_lsn: lsn(LSN2),
@@ -500,7 +516,7 @@ fn two_phase_messages() {
         .string("gid-1")
         .0;
     assert_eq!(
-        parse(&b, ctx(3)),
+        parse(&b, ctx(v)),
         LogicalMessage::RollbackPrepared(RollbackPrepared {
             flags: 0,
             prepare_end_lsn: lsn(LSN2),
@@ -515,7 +531,7 @@ fn two_phase_messages() {
 
 #[test]
 fn messages_are_rejected_before_their_version() {
-    let cases: [(&[u8], u32); 3] = [(b"E", 2), (b"S\0\0\0\x01\x01", 2), (b"P", 3)];
+    let cases: [(&[u8], u32); 3] = [(b"E", 2), (b"S\0\0\0\x01\x01", 2), (b"p", 2)];
     for (buf, since) in cases {
         for v in 1..since {
             assert_eq!(

@@ -306,29 +306,39 @@ fn stream_abort_and_two_phase_messages() {
     };
     assert_eq!((sp.xid, &*sp.gid), (0x2e8, "gid3"));
 
-    // The same two-phase flow through the assembler.
-    let mut asm = TxnAssembler::new();
-    asm.handle_message(parse(RELATION_USERS, v3())).unwrap();
-    // The Insert captured between Begin Prepare and Prepare.
-    let insert = "49000040074e000474000000043730303074000000017074000000026f6b740000000170";
-    let mut kinds = Vec::new();
-    for h in [BEGIN_PREPARE, insert, PREPARE, COMMIT_PREPARED] {
-        let e = asm.handle_message(parse(h, v3())).unwrap().unwrap();
-        kinds.push(match e {
-            TxnEvent::Begin(b) => format!("begin {:?}", b.kind),
-            TxnEvent::Change(_) => "change".into(),
-            TxnEvent::Prepare(p) => format!("prepare {}", p.gid),
-            TxnEvent::CommitPrepared(c) => format!("commit prepared {}", c.gid),
-            other => format!("{other:?}"),
-        });
+    // The same two-phase flow through the assembler, under every version (a
+    // slot created with two_phase sends these bytes whatever version was
+    // asked for): held until Commit Prepared, released then at its LSN.
+    for v in ProtocolVersion::ALL {
+        let ctx = ParseContext::new(v);
+        let mut asm = TxnAssembler::new();
+        asm.handle_message(parse(RELATION_USERS, ctx)).unwrap();
+        // The Insert captured between Begin Prepare and Prepare.
+        let insert = "49000040074e000474000000043730303074000000017074000000026f6b740000000170";
+        let mut kinds = Vec::new();
+        for h in [BEGIN_PREPARE, insert, PREPARE, COMMIT_PREPARED] {
+            if let Some(e) = asm.handle_message(parse(h, ctx)).unwrap() {
+                kinds.push(format!("{e:?}"));
+            }
+            while let Some(e) = asm.poll_event() {
+                kinds.push(match e {
+                    TxnEvent::Begin(b) => format!("begin {:?} at {}", b.kind, b.final_lsn),
+                    TxnEvent::Change(_) => "change".into(),
+                    TxnEvent::Commit(c) => format!("commit at {}", c.commit_lsn),
+                    other => format!("{other:?}"),
+                });
+            }
+        }
+        let at = cp.commit_lsn;
+        assert_eq!(
+            kinds,
+            [
+                format!("begin Prepared at {at}"),
+                "change".into(),
+                format!("commit at {at}")
+            ],
+            "{v:?}"
+        );
+        assert_eq!(asm.oldest_undecided_prepare(), None);
     }
-    assert_eq!(
-        kinds,
-        [
-            "begin Prepared",
-            "change",
-            "prepare gid1",
-            "commit prepared gid1"
-        ]
-    );
 }

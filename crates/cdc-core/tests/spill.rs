@@ -122,6 +122,29 @@ fn stream_prepare(xid: Xid, prepare_lsn: u64) -> LogicalMessage<'static> {
     })
 }
 
+fn commit_prepared(xid: Xid, commit_lsn: u64) -> LogicalMessage<'static> {
+    LogicalMessage::CommitPrepared(CommitPrepared {
+        flags: 0,
+        commit_lsn: lsn(commit_lsn),
+        end_lsn: lsn(commit_lsn + 8),
+        commit_time: ts(11),
+        xid,
+        gid: format!("gid-{xid}").into(),
+    })
+}
+
+fn rollback_prepared(xid: Xid, rollback_lsn: u64) -> LogicalMessage<'static> {
+    LogicalMessage::RollbackPrepared(RollbackPrepared {
+        flags: 0,
+        prepare_end_lsn: lsn(rollback_lsn - 8),
+        rollback_end_lsn: lsn(rollback_lsn + 8),
+        prepare_time: ts(7),
+        rollback_time: ts(11),
+        xid,
+        gid: format!("gid-{xid}").into(),
+    })
+}
+
 fn stream_abort(xid: Xid, subxid: Xid) -> LogicalMessage<'static> {
     LogicalMessage::StreamAbort(StreamAbort {
         xid,
@@ -385,11 +408,63 @@ fn a_spilled_prepared_transaction_replays_like_the_in_memory_one() {
         change(Some(30), 5, REL, "msg"),
         LogicalMessage::StreamStop,
         stream_prepare(30, 700),
+        commit_prepared(30, 800),
     ];
     let (memory, spilled) = both_ways(&msgs, 30, 1);
     assert_eq!(memory.len(), 4);
-    assert!(matches!(memory[3], TxnEvent::Prepare(_)));
+    assert!(matches!(memory[3], TxnEvent::Commit(c) if c.commit_lsn == lsn(800)));
     assert_eq!(spilled.events, memory);
+    assert!(spilled.files.is_empty(), "the file was replayed");
+}
+
+#[test]
+fn a_prepared_transaction_spilled_while_it_waits_keeps_its_file_over_a_reset() {
+    let msgs = [
+        LogicalMessage::BeginPrepare(BeginPrepare {
+            prepare_lsn: lsn(700),
+            end_lsn: lsn(708),
+            prepare_time: ts(7),
+            xid: 31,
+            gid: "gid-31".into(),
+        }),
+        insert(None, "p1"),
+        insert(None, "p2"),
+        LogicalMessage::Prepare(Prepare {
+            flags: 0,
+            prepare_lsn: lsn(700),
+            end_lsn: lsn(708),
+            prepare_time: ts(7),
+            xid: 31,
+            gid: "gid-31".into(),
+        }),
+    ];
+    let mut h = Harness::new();
+    for m in msgs {
+        h.feed(m, true);
+    }
+    assert!(h.events.is_empty(), "nothing before the decision");
+    assert!(h.spill(31));
+    h.drain();
+    assert_eq!(h.asm.buffered_bytes(), 0);
+    // A reconnect keeps the prepared transaction and its file.
+    h.asm.reset();
+    assert!(h.asm.is_spilled(31));
+    assert_eq!(h.asm.spilled_in_progress(), 1);
+    h.feed(commit_prepared(31, 900), true);
+    assert_eq!(values(&h.events), ["p1", "p2"]);
+    assert!(h.files.is_empty(), "the file was replayed");
+
+    // Rolled back: the file is discarded and no change comes out.
+    let mut h = Harness::new();
+    h.feed(stream_start(32, true), true);
+    h.feed(insert(Some(32), "r1"), true);
+    h.feed(LogicalMessage::StreamStop, true);
+    h.feed(stream_prepare(32, 950), true);
+    assert!(h.spill(32));
+    h.drain();
+    h.feed(rollback_prepared(32, 990), true);
+    assert!(h.files.is_empty(), "the file was discarded");
+    assert!(matches!(h.events[..], [TxnEvent::RollbackPrepared(_)]));
 }
 
 #[test]
@@ -529,6 +604,8 @@ mod random_interleavings {
         SubAbort { txn: u8, sub: u8 },
         /// Stream Commit (0), Stream Prepare (1) or Stream Abort (2).
         End { txn: u8, how: u8 },
+        /// Commit Prepared (true) or Rollback Prepared of a prepared one.
+        Decide { txn: u8, commit: bool },
         /// Spill an in-progress transaction between blocks.
         Spill { txn: u8 },
     }
@@ -549,6 +626,7 @@ mod random_interleavings {
                 .prop_map(|changes| Step::Plain { changes }),
             2 => (any::<u8>(), 1u8..4).prop_map(|(txn, sub)| Step::SubAbort { txn, sub }),
             2 => (any::<u8>(), 0u8..3).prop_map(|(txn, how)| Step::End { txn, how }),
+            1 => (any::<u8>(), any::<bool>()).prop_map(|(txn, commit)| Step::Decide { txn, commit }),
             1 => any::<u8>().prop_map(|txn| Step::Spill { txn }),
         ]
     }
@@ -563,6 +641,7 @@ mod random_interleavings {
     fn messages(steps: &[Step]) -> Vec<(LogicalMessage<'static>, After)> {
         let mut out = Vec::new();
         let mut open: Vec<Xid> = Vec::new();
+        let mut prepared: Vec<Xid> = Vec::new();
         let mut next_xid = 100;
         let mut next_lsn = 1000;
         let mut counter = 0u32;
@@ -648,13 +727,30 @@ mod random_interleavings {
                     next_lsn += 100;
                     let msg = match how {
                         0 => stream_commit(xid, next_lsn),
-                        1 => stream_prepare(xid, next_lsn),
+                        1 => {
+                            prepared.push(xid);
+                            stream_prepare(xid, next_lsn)
+                        }
                         _ => stream_abort(xid, xid),
                     };
                     out.push((msg, After::Nothing));
                 }
+                Step::Decide { txn, commit } => {
+                    if prepared.is_empty() {
+                        continue;
+                    }
+                    let xid = prepared.remove(usize::from(*txn) % prepared.len());
+                    next_lsn += 100;
+                    let msg = match commit {
+                        true => commit_prepared(xid, next_lsn),
+                        false => rollback_prepared(xid, next_lsn),
+                    };
+                    out.push((msg, After::Nothing));
+                }
                 Step::Spill { txn } => {
-                    if let Some(&xid) = open.get(usize::from(*txn) % open.len().max(1)) {
+                    // In progress or prepared, both are held.
+                    let held: Vec<Xid> = open.iter().chain(&prepared).copied().collect();
+                    if let Some(&xid) = held.get(usize::from(*txn) % held.len().max(1)) {
                         // Attached to the last message (spilled after it).
                         if let Some(last) = out.last_mut() {
                             last.1 = After::Spill(xid);

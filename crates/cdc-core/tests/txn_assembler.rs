@@ -536,143 +536,6 @@ fn stream_ordering_errors() {
     );
 }
 
-#[test]
-fn two_phase_transaction() {
-    let mut asm = assembler_with_relation();
-    let bp = LogicalMessage::BeginPrepare(BeginPrepare {
-        prepare_lsn: lsn(400),
-        end_lsn: lsn(408),
-        prepare_time: ts(7),
-        xid: 20,
-        gid: "gid-20".into(),
-    });
-    let events = run(
-        &mut asm,
-        [
-            bp.clone(),
-            insert(None, REL, "2pc"),
-            LogicalMessage::Prepare(prepare_msg(20, "gid-20", 400)),
-        ],
-    );
-    assert!(matches!(
-        events[0],
-        TxnEvent::Begin(TxnBegin {
-            xid: 20,
-            kind: TxnKind::Prepared,
-            ..
-        })
-    ));
-    assert_eq!(inserted(&events), ["2pc"]);
-    assert_eq!(events[2], TxnEvent::Prepare(prepare_msg(20, "gid-20", 400)));
-
-    let cp = CommitPrepared {
-        flags: 0,
-        commit_lsn: lsn(500),
-        end_lsn: lsn(508),
-        commit_time: ts(8),
-        xid: 20,
-        gid: "gid-20".into(),
-    };
-    let rp = RollbackPrepared {
-        flags: 0,
-        prepare_end_lsn: lsn(408),
-        rollback_end_lsn: lsn(600),
-        prepare_time: ts(7),
-        rollback_time: ts(9),
-        xid: 21,
-        gid: "gid-21".into(),
-    };
-    let events = run(
-        &mut asm,
-        [
-            LogicalMessage::CommitPrepared(cp.clone()),
-            LogicalMessage::RollbackPrepared(rp.clone()),
-        ],
-    );
-    assert_eq!(
-        events,
-        [
-            TxnEvent::CommitPrepared(cp.clone()),
-            TxnEvent::RollbackPrepared(rp)
-        ]
-    );
-
-    // Ending a prepared transaction with Commit, or a plain one with Prepare, is wrong.
-    run(&mut asm, [bp.clone()]);
-    assert_eq!(
-        asm.handle_message(commit(400)),
-        Err(ProtocolError::MismatchedEnd {
-            what: "Commit",
-            opened_by: "Begin Prepare"
-        })
-    );
-    assert_eq!(
-        asm.handle_message(LogicalMessage::Prepare(prepare_msg(20, "other", 400))),
-        Err(ProtocolError::PrepareMismatch { xid: 20 })
-    );
-    assert_eq!(
-        asm.handle_message(LogicalMessage::Prepare(prepare_msg(20, "gid-20", 401))),
-        Err(ProtocolError::CommitLsnMismatch {
-            xid: 20,
-            expected: lsn(400),
-            actual: lsn(401)
-        })
-    );
-    assert_eq!(
-        asm.handle_message(LogicalMessage::CommitPrepared(cp)),
-        Err(ProtocolError::InsideTransaction {
-            what: "Commit Prepared",
-            open_xid: 20
-        })
-    );
-    asm.reset();
-    run(&mut asm, [begin(1, 10)]);
-    assert_eq!(
-        asm.handle_message(LogicalMessage::Prepare(prepare_msg(1, "g", 10))),
-        Err(ProtocolError::MismatchedEnd {
-            what: "Prepare",
-            opened_by: "Begin"
-        })
-    );
-}
-
-#[test]
-fn streamed_prepared_transaction() {
-    let mut asm = assembler_with_relation();
-    run(
-        &mut asm,
-        [
-            stream_start(30, true),
-            insert(Some(30), REL, "sp"),
-            LogicalMessage::StreamStop,
-        ],
-    );
-    let events = run(
-        &mut asm,
-        [LogicalMessage::StreamPrepare(prepare_msg(
-            30, "gid-30", 700,
-        ))],
-    );
-    assert_eq!(events.len(), 3);
-    assert_eq!(
-        events[0],
-        TxnEvent::Begin(TxnBegin {
-            xid: 30,
-            final_lsn: lsn(700),
-            timestamp: ts(7),
-            kind: TxnKind::StreamedPrepared
-        })
-    );
-    assert_eq!(inserted(&events), ["sp"]);
-    assert_eq!(events[2], TxnEvent::Prepare(prepare_msg(30, "gid-30", 700)));
-    assert_eq!(
-        asm.handle_message(LogicalMessage::StreamPrepare(prepare_msg(
-            30, "gid-30", 700
-        ))),
-        Err(ProtocolError::UnknownStreamedTransaction { xid: 30 })
-    );
-}
-
 mod random_sequences {
     use super::*;
     use proptest::prelude::*;
@@ -708,16 +571,43 @@ mod random_sequences {
                 "g",
                 l * 100
             ))),
-            (xid, l).prop_map(|(x, l)| LogicalMessage::StreamPrepare(prepare_msg(x, "g", l * 100))),
+            (xid.clone(), l.clone()).prop_map(|(x, l)| LogicalMessage::StreamPrepare(prepare_msg(
+                x,
+                "g",
+                l * 100
+            ))),
+            (xid.clone(), l.clone()).prop_map(|(x, l)| LogicalMessage::CommitPrepared(
+                CommitPrepared {
+                    flags: 0,
+                    commit_lsn: lsn(l * 100 + 50),
+                    end_lsn: lsn(l * 100 + 58),
+                    commit_time: ts(2),
+                    xid: x,
+                    gid: "g".into(),
+                }
+            )),
+            (xid, l).prop_map(|(x, l)| LogicalMessage::RollbackPrepared(RollbackPrepared {
+                flags: 0,
+                prepare_end_lsn: lsn(l * 100 + 8),
+                rollback_end_lsn: lsn(l * 100 + 58),
+                prepare_time: ts(1),
+                rollback_time: ts(2),
+                xid: x,
+                gid: "g".into(),
+            })),
         ]
     }
 
-    fn snapshot(a: &TxnAssembler) -> (Option<Xid>, Option<Xid>, usize, usize) {
+    type Snapshot = (Option<Xid>, Option<Xid>, usize, usize, usize, Option<Lsn>);
+
+    fn snapshot(a: &TxnAssembler) -> Snapshot {
         (
             a.open_transaction(),
             a.open_stream(),
             a.streamed_in_progress(),
             a.buffered_changes(),
+            a.prepared_waiting(),
+            a.oldest_undecided_prepare(),
         )
     }
 
@@ -730,11 +620,28 @@ mod random_sequences {
         fn events_are_well_bracketed(msgs in proptest::collection::vec(arb_msg(), 0..40)) {
             let mut asm = assembler_with_relation();
             let mut open: Option<Xid> = None;
+            // The transaction between Begin Prepare and Prepare: held, no events.
+            let mut preparing: Option<Xid> = None;
             for m in msgs {
                 let before = snapshot(&asm);
                 let mut events = Vec::new();
+                let kind = (
+                    matches!(m, LogicalMessage::BeginPrepare(_)),
+                    matches!(m, LogicalMessage::Prepare(_)),
+                );
+                let xid = match &m {
+                    LogicalMessage::BeginPrepare(b) => Some(b.xid),
+                    _ => None,
+                };
                 match asm.handle_message(m) {
-                    Ok(e) => events.extend(e.map(TxnEvent::into_owned)),
+                    Ok(e) => {
+                        events.extend(e.map(TxnEvent::into_owned));
+                        match kind {
+                            (true, _) => preparing = xid,
+                            (_, true) => preparing = None,
+                            _ => {}
+                        }
+                    }
                     Err(_) => prop_assert_eq!(snapshot(&asm), before),
                 }
                 while let Some(e) = asm.poll_event() {
@@ -751,19 +658,17 @@ mod random_sequences {
                             prop_assert_eq!(open, Some(c.xid));
                             open = None;
                         }
-                        TxnEvent::Prepare(p) => {
-                            prop_assert_eq!(open, Some(p.xid));
-                            open = None;
-                        }
                         TxnEvent::CommitPrepared(_) | TxnEvent::RollbackPrepared(_) => {
                             prop_assert_eq!(open, None);
                         }
                         TxnEvent::Message(_) => {}
                     }
                 }
-                // Between messages, an open event-level transaction is exactly
-                // the assembler's open (non-streamed) transaction.
-                prop_assert_eq!(open, asm.open_transaction());
+                // Between messages, an open event-level transaction (or the
+                // prepared one being received) is exactly the assembler's
+                // open (non-streamed) transaction.
+                prop_assert_eq!(open.or(preparing), asm.open_transaction());
+                prop_assert_eq!(open.is_some() && preparing.is_some(), false);
                 prop_assert_eq!(asm.buffered_changes() == 0, asm.buffered_bytes() == 0);
             }
         }

@@ -291,7 +291,8 @@ pub struct StreamAbort {
     pub abort_info: Option<StreamAbortInfo>,
 }
 
-/// `b`: the start of a prepared transaction (v3+).
+/// `b`: the start of a prepared transaction (sent under every protocol
+/// version when the slot has `two_phase` enabled).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BeginPrepare<'a> {
     /// The LSN of the prepare.
@@ -306,7 +307,8 @@ pub struct BeginPrepare<'a> {
     pub gid: Cow<'a, str>,
 }
 
-/// `P` (Prepare) and `p` (Stream Prepare): a transaction was prepared (v3+).
+/// `P` (Prepare) and `p` (Stream Prepare): a transaction was prepared (any
+/// version on a two-phase slot; Stream Prepare needs streaming, v2+).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepare<'a> {
     /// Flags; currently unused (0).
@@ -323,7 +325,7 @@ pub struct Prepare<'a> {
     pub gid: Cow<'a, str>,
 }
 
-/// `K`: a prepared transaction was committed (v3+).
+/// `K`: a prepared transaction was committed (any version on a two-phase slot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitPrepared<'a> {
     /// Flags; currently unused (0).
@@ -340,7 +342,8 @@ pub struct CommitPrepared<'a> {
     pub gid: Cow<'a, str>,
 }
 
-/// `r`: a prepared transaction was rolled back (v3+).
+/// `r`: a prepared transaction was rolled back (any version on a two-phase
+/// slot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RollbackPrepared<'a> {
     /// Flags; currently unused (0).
@@ -393,15 +396,15 @@ pub enum LogicalMessage<'a> {
     StreamCommit(StreamCommit),
     /// `A` (v2+)
     StreamAbort(StreamAbort),
-    /// `b` (v3+)
+    /// `b` (any version on a two-phase slot; v3+ documents it)
     BeginPrepare(BeginPrepare<'a>),
-    /// `P` (v3+)
+    /// `P` (any version on a two-phase slot)
     Prepare(Prepare<'a>),
-    /// `K` (v3+)
+    /// `K` (any version on a two-phase slot)
     CommitPrepared(CommitPrepared<'a>),
-    /// `r` (v3+)
+    /// `r` (any version on a two-phase slot)
     RollbackPrepared(RollbackPrepared<'a>),
-    /// `p` (v3+)
+    /// `p` (v2+, on a two-phase slot with streaming)
     StreamPrepare(Prepare<'a>),
 }
 
@@ -418,12 +421,21 @@ fn own_bytes(s: Cow<'_, [u8]>) -> Cow<'static, [u8]> {
     Cow::Owned(s.into_owned())
 }
 
-/// The protocol version that introduced a message tag, or `None` if unknown.
+/// The oldest protocol version under which the server may send a message
+/// tag, or `None` if the tag is unknown.
+///
+/// Two-phase messages are not gated by the version that documents them (v3):
+/// PostgreSQL decodes prepared transactions whenever the *slot* has
+/// `two_phase` enabled (created with `two_phase = true` by another tool or by
+/// hand), whatever `proto_version` and `two_phase` option the client asked
+/// for, so Begin Prepare, Prepare, Commit Prepared and Rollback Prepared
+/// arrive under v1 and v2 too. Stream Prepare ends a streamed transaction,
+/// which needs v2.
 fn since_version(tag: u8) -> Option<u32> {
     match tag {
         b'B' | b'M' | b'C' | b'O' | b'R' | b'Y' | b'I' | b'U' | b'D' | b'T' => Some(1),
-        b'S' | b'E' | b'c' | b'A' => Some(2),
-        b'b' | b'P' | b'K' | b'r' | b'p' => Some(3),
+        b'b' | b'P' | b'K' | b'r' => Some(1),
+        b'S' | b'E' | b'c' | b'A' | b'p' => Some(2),
         _ => None,
     }
 }
@@ -479,7 +491,10 @@ impl<'a> LogicalMessage<'a> {
         }
     }
 
-    /// The first protocol version that has this message.
+    /// The oldest protocol version under which the server may send this
+    /// message (and the parser accepts it). Two-phase messages are V1: a slot
+    /// created with `two_phase` sends them under every version; Stream
+    /// Prepare, like every streaming message, is V2.
     pub fn since_version(&self) -> ProtocolVersion {
         match since_version(self.tag()) {
             Some(2) => ProtocolVersion::V2,

@@ -56,7 +56,13 @@ impl ProtocolVersion {
         self.0 >= 2
     }
 
-    /// Whether two-phase transactions are decoded (v3+).
+    /// Whether the `two_phase` option may be requested (v3+).
+    ///
+    /// This is about asking for two-phase decoding, not about decoding it:
+    /// a slot created with `two_phase = true` makes the server send Begin
+    /// Prepare, Prepare, Commit Prepared and Rollback Prepared under every
+    /// version, and [`LogicalMessage::parse`] accepts them under every
+    /// version (Stream Prepare from v2, with streaming).
     pub const fn supports_two_phase(self) -> bool {
         self.0 >= 3
     }

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::pgoutput::{
-    CommitPrepared, Delete, Insert, LogicalDecodingMessage, Origin, Prepare, Relation,
-    RollbackPrepared, Truncate, Update,
+    CommitPrepared, Delete, Insert, LogicalDecodingMessage, Origin, Relation, RollbackPrepared,
+    Truncate, Update,
 };
 use crate::{Lsn, Oid, PgTimestamp, Xid};
 
@@ -17,10 +17,12 @@ pub enum TxnKind {
     Plain,
     /// Streamed in blocks, released at Stream Commit.
     Streamed,
-    /// Begin Prepare .. Prepare (two-phase, v3+); Commit Prepared or Rollback
-    /// Prepared follows later as its own event.
+    /// Begin Prepare .. Prepare (two-phase), held and released at Commit
+    /// Prepared: its Begin and Commit carry the Commit Prepared's LSN and
+    /// time.
     Prepared,
-    /// Streamed in blocks, released at Stream Prepare.
+    /// Streamed in blocks up to Stream Prepare, held and released at Commit
+    /// Prepared like [`Prepared`](Self::Prepared).
     StreamedPrepared,
 }
 
@@ -29,15 +31,15 @@ pub enum TxnKind {
 pub struct TxnBegin {
     /// The transaction id.
     pub xid: Xid,
-    /// The commit LSN (prepare LSN for prepared transactions).
+    /// The commit LSN (of the Commit Prepared, for prepared transactions).
     pub final_lsn: Lsn,
-    /// Commit (or prepare) time, as the server reported it.
+    /// Commit time, as the server reported it.
     pub timestamp: PgTimestamp,
     /// How the transaction was sent.
     pub kind: TxnKind,
 }
 
-/// The commit of a plain or streamed transaction.
+/// The commit of a transaction (for a prepared one: its Commit Prepared).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TxnCommit {
     /// The transaction id.
@@ -104,13 +106,15 @@ pub enum TxnEvent<'a> {
     Origin(Origin<'a>),
     /// A change of the open transaction.
     Change(Change<'a>),
-    /// The open (plain or streamed) transaction committed.
+    /// The open transaction committed.
     Commit(TxnCommit),
-    /// The open (prepared or streamed-prepared) transaction was prepared.
-    Prepare(Prepare<'a>),
-    /// A previously prepared transaction committed.
+    /// A prepared transaction the assembler holds nothing of committed: its
+    /// changes were never received (it was prepared before the position
+    /// streaming started from). A prepared transaction the assembler holds
+    /// comes out as Begin, changes and [`Commit`](Self::Commit) instead.
     CommitPrepared(CommitPrepared<'a>),
-    /// A previously prepared transaction rolled back.
+    /// A prepared transaction was rolled back; whatever the assembler held
+    /// of it was dropped.
     RollbackPrepared(RollbackPrepared<'a>),
     /// A non-transactional logical decoding message.
     Message(LogicalDecodingMessage<'a>),
@@ -127,7 +131,6 @@ impl TxnEvent<'_> {
             }),
             TxnEvent::Change(c) => TxnEvent::Change(c.into_owned()),
             TxnEvent::Commit(c) => TxnEvent::Commit(c),
-            TxnEvent::Prepare(p) => TxnEvent::Prepare(p.into_owned()),
             TxnEvent::CommitPrepared(c) => TxnEvent::CommitPrepared(CommitPrepared {
                 gid: c.gid.into_owned().into(),
                 ..c

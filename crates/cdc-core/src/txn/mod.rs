@@ -4,16 +4,24 @@
 //!
 //! ```text
 //!  Begin ─ changes ─ Commit                 ──▶ Begin, Change.., Commit          (as they arrive)
-//!  Begin Prepare ─ changes ─ Prepare        ──▶ Begin, Change.., Prepare         (as they arrive)
 //!  Stream Start ─ changes ─ Stream Stop  ┐
-//!  ... more blocks, other transactions   ├─▶ buffered per xid (owned copies)
+//!  ... more blocks, other transactions   ├─▶ held per xid (owned copies)
 //!  Stream Abort (subxact)                ┘   drops that subtransaction's changes
-//!  Stream Commit / Stream Prepare          ──▶ Begin, Change.., Commit / Prepare (all at once)
-//!  Stream Abort (top level)                ──▶ drops the buffer, no events
-//!  Commit Prepared / Rollback Prepared     ──▶ one event each
+//!  Stream Commit                           ──▶ Begin, Change.., Commit          (all at once)
+//!  Stream Abort (top level)                ──▶ drops what is held, no events
+//!  Begin Prepare ─ changes ─ Prepare       ──▶ held per xid, no events
+//!  (or a streamed one's Stream Prepare)        ... other transactions go on ...
+//!  Commit Prepared                         ──▶ Begin, Change.., Commit          (all at once, at
+//!                                              the Commit Prepared's LSN and time)
+//!  Rollback Prepared                       ──▶ drops what is held; one event
 //! ```
 //!
-//! A streamed transaction can be moved out of memory with
+//! Two-phase transactions are held until they are decided, so a consumer
+//! sees each prepared transaction once, as a committed one, and never a
+//! rolled-back one; see the `two_phase` module for what that means for
+//! confirming positions ([`TxnAssembler::oldest_undecided_prepare`]).
+//!
+//! A held (streamed or prepared) transaction can be moved out of memory with
 //! [`TxnAssembler::spill`]: its changes then go to the caller as encoded
 //! records ([`TxnAssembler::poll_spill`]) and come back at Stream Commit
 //! through a [`SpillReplay`] ([`TxnAssembler::poll_replay`]); see
@@ -21,7 +29,7 @@
 //!
 //! The common, non-streamed path copies nothing: when no events are queued,
 //! `handle_message` returns the event for the message directly, borrowing
-//! from the input buffer. Only streamed transactions (which must outlive many
+//! from the input buffer. Only held transactions (which must outlive many
 //! input buffers) are copied into owned messages.
 
 use std::collections::{HashMap, VecDeque};
@@ -33,12 +41,15 @@ use crate::relcache::RelationCache;
 use crate::spill::SpillReplay;
 
 mod event;
+mod held;
 mod spilling;
+mod two_phase;
 
 pub use event::{Change, TxnBegin, TxnCommit, TxnEvent, TxnKind};
 
 use crate::{Lsn, Oid, Xid};
-use spilling::{PendingSpill, SpillWriter};
+use held::{HeldTxn, Phase};
+use spilling::PendingSpill;
 
 #[derive(Debug, Clone)]
 struct OpenTxn {
@@ -46,24 +57,6 @@ struct OpenTxn {
     final_lsn: Lsn,
     /// `Some(gid)` for Begin Prepare.
     gid: Option<String>,
-}
-
-/// The buffered changes of one streamed transaction, each tagged with the
-/// (sub)transaction xid the server sent with it.
-#[derive(Debug, Default)]
-struct StreamedTxn {
-    changes: Vec<(Xid, Change<'static>)>,
-    /// Approximate heap and inline bytes held by `changes`.
-    bytes: usize,
-    /// Set once the transaction is spilled; `changes` is then empty.
-    spill: Option<Box<SpillWriter>>,
-}
-
-impl StreamedTxn {
-    /// Bytes of changes held in memory (buffered, or waiting to be encoded).
-    fn memory(&self) -> usize {
-        self.bytes + self.spill.as_ref().map_or(0, |w| w.backlog_bytes)
-    }
 }
 
 /// An entry of the output queue.
@@ -103,15 +96,17 @@ enum Queued {
 /// Known simplifications:
 ///
 /// * Relation and Type messages update the cache when they arrive, also
-///   inside stream blocks; a streamed transaction that is later aborted can
-///   leave its relation definition in the cache (the server sends a fresh
-///   Relation before the next change that needs one).
-/// * Prepared transactions are not tracked between Prepare and Commit /
-///   Rollback Prepared (those may arrive after a restart); they are passed
-///   through as events.
-/// * Streamed transactions are buffered in memory until Stream Commit, Stream
-///   Prepare or Stream Abort, unless the caller [spills](Self::spill) them;
-///   see [`buffered_bytes`](Self::buffered_bytes).
+///   inside stream blocks and prepared transactions; a transaction that is
+///   later aborted or rolled back can leave its relation definition in the
+///   cache (the server sends a fresh Relation before the next change that
+///   needs one).
+/// * Streamed transactions are held in memory until Stream Commit or Stream
+///   Abort, and prepared ones until Commit Prepared or Rollback Prepared,
+///   unless the caller [spills](Self::spill) them; see
+///   [`buffered_bytes`](Self::buffered_bytes).
+/// * A Commit Prepared for a transaction the assembler holds nothing of is
+///   handed out as [`TxnEvent::CommitPrepared`]: its changes were not
+///   received (prepared before where streaming started).
 /// * Subtransaction aborts drop the changes tagged with that subxid, as the
 ///   docs describe; the xid tag comes from the change messages themselves.
 #[derive(Debug, Default)]
@@ -120,11 +115,13 @@ pub struct TxnAssembler {
     open: Option<OpenTxn>,
     /// The top-level xid of the open Stream Start .. Stream Stop block.
     stream: Option<Xid>,
-    streamed: HashMap<Xid, StreamedTxn>,
+    /// Streamed transactions in progress and two-phase transactions not yet
+    /// decided.
+    held: HashMap<Xid, HeldTxn>,
     queue: VecDeque<Queued>,
     /// Spill work of transactions that ended, in order.
     pending_spill: VecDeque<PendingSpill>,
-    /// Spilled transactions in progress.
+    /// Held transactions that are spilled.
     spilled: usize,
 }
 
@@ -151,41 +148,48 @@ impl TxnAssembler {
 
     /// The number of streamed transactions still in progress.
     pub fn streamed_in_progress(&self) -> usize {
-        self.streamed.len()
+        self.held
+            .values()
+            .filter(|t| t.phase == Phase::Streaming)
+            .count()
     }
 
-    /// The number of changes held in memory for streamed transactions
-    /// (buffered, or of spilled ones waiting to be encoded).
+    /// The number of changes held in memory for streamed and prepared
+    /// transactions (buffered, or of spilled ones waiting to be encoded).
     pub fn buffered_changes(&self) -> usize {
-        self.streamed
+        self.held
             .values()
             .map(|t| t.changes.len() + t.spill.as_ref().map_or(0, |w| w.backlog.len()))
             .sum()
     }
 
-    /// Approximately how many bytes the streamed changes held in memory
-    /// take (see [`buffered_changes`](Self::buffered_changes)).
+    /// Approximately how many bytes the held changes in memory take (see
+    /// [`buffered_changes`](Self::buffered_changes)).
     ///
     /// Streamed transactions are the ones too big for the server's
-    /// `logical_decoding_work_mem`; they are held in memory until they end, so
+    /// `logical_decoding_work_mem`, and prepared ones wait for their decision
+    /// for as long as it takes; they are held in memory until they end, so
     /// callers should watch this and [`spill`](Self::spill) past their own
     /// limit. Encoded spill output not yet taken with
     /// [`poll_spill`](Self::poll_spill) is not counted.
     pub fn buffered_bytes(&self) -> usize {
-        self.streamed.values().map(StreamedTxn::memory).sum()
+        self.held.values().map(HeldTxn::memory).sum()
     }
 
-    /// Forgets open transactions, stream blocks, buffered and spilled
-    /// streamed transactions, pending spill work and queued events (after a
-    /// reconnect); keeps the relation cache. The caller deletes any spill
-    /// files it holds.
+    /// Forgets open transactions, stream blocks, streamed transactions,
+    /// pending spill work and queued events (after a reconnect: the server
+    /// sends them again); keeps the relation cache and the prepared
+    /// transactions waiting for their decision (the server may not send
+    /// those again). The caller deletes its spill files except those of
+    /// transactions [`is_spilled`](Self::is_spilled) still reports.
     pub fn reset(&mut self) {
         self.open = None;
         self.stream = None;
-        self.streamed.clear();
+        self.held
+            .retain(|_, t| matches!(t.phase, Phase::Prepared { .. }));
         self.queue.clear();
         self.pending_spill.clear();
-        self.spilled = 0;
+        self.spilled = self.held.values().filter(|t| t.spill.is_some()).count();
     }
 
     /// The next queued event (from a streamed transaction, or events queued
@@ -316,25 +320,20 @@ impl TxnAssembler {
                 })))
             }
             LogicalMessage::BeginPrepare(b) => {
-                self.begin(b.xid, "Begin Prepare")?;
-                self.open = Some(OpenTxn {
-                    xid: b.xid,
-                    final_lsn: b.prepare_lsn,
-                    gid: Some(b.gid.into_owned()),
-                });
-                Ok(self.emit(TxnEvent::Begin(TxnBegin {
-                    xid: b.xid,
-                    final_lsn: b.prepare_lsn,
-                    timestamp: b.prepare_time,
-                    kind: TxnKind::Prepared,
-                })))
+                self.begin_prepare(b)?;
+                Ok(None)
             }
             LogicalMessage::Origin(o) => {
                 self.not_in_stream("Origin")?;
-                if self.open.is_none() {
-                    return Err(ProtocolError::ChangeOutsideTransaction { what: "Origin" });
+                match &self.open {
+                    None => Err(ProtocolError::ChangeOutsideTransaction { what: "Origin" }),
+                    Some(open) if open.gid.is_some() => {
+                        let xid = open.xid;
+                        self.hold_origin(xid, o)?;
+                        Ok(None)
+                    }
+                    Some(_) => Ok(self.emit(TxnEvent::Origin(o))),
                 }
-                Ok(self.emit(TxnEvent::Origin(o)))
             }
             LogicalMessage::Commit(c) => {
                 self.not_in_stream("Commit")?;
@@ -365,40 +364,11 @@ impl TxnAssembler {
                 })))
             }
             LogicalMessage::Prepare(p) => {
-                self.not_in_stream("Prepare")?;
-                let open = self
-                    .open
-                    .as_ref()
-                    .ok_or(ProtocolError::EndWithoutBegin { what: "Prepare" })?;
-                let Some(gid) = &open.gid else {
-                    return Err(ProtocolError::MismatchedEnd {
-                        what: "Prepare",
-                        opened_by: "Begin",
-                    });
-                };
-                if p.xid != open.xid || *gid != p.gid {
-                    return Err(ProtocolError::PrepareMismatch { xid: open.xid });
-                }
-                if p.prepare_lsn != open.final_lsn {
-                    return Err(ProtocolError::CommitLsnMismatch {
-                        xid: open.xid,
-                        expected: open.final_lsn,
-                        actual: p.prepare_lsn,
-                    });
-                }
-                self.open = None;
-                Ok(self.emit(TxnEvent::Prepare(p)))
+                self.prepare(p)?;
+                Ok(None)
             }
-            LogicalMessage::CommitPrepared(c) => {
-                self.not_in_stream("Commit Prepared")?;
-                self.not_in_txn("Commit Prepared")?;
-                Ok(self.emit(TxnEvent::CommitPrepared(c)))
-            }
-            LogicalMessage::RollbackPrepared(r) => {
-                self.not_in_stream("Rollback Prepared")?;
-                self.not_in_txn("Rollback Prepared")?;
-                Ok(self.emit(TxnEvent::RollbackPrepared(r)))
-            }
+            LogicalMessage::CommitPrepared(c) => self.commit_prepared(c),
+            LogicalMessage::RollbackPrepared(r) => self.rollback_prepared(r),
             LogicalMessage::StreamStart(s) => {
                 if let Some(open_xid) = self.stream {
                     return Err(ProtocolError::NestedStream {
@@ -412,14 +382,24 @@ impl TxnAssembler {
                         open_xid: open.xid,
                     });
                 }
-                let known = self.streamed.contains_key(&s.xid);
-                if s.first_segment && known {
-                    return Err(ProtocolError::DuplicateStreamedTransaction { xid: s.xid });
+                match (self.held.get(&s.xid).map(|t| &t.phase), s.first_segment) {
+                    (None, true) => {
+                        self.held.insert(s.xid, HeldTxn::new(Phase::Streaming));
+                    }
+                    (Some(Phase::Streaming), false) => {}
+                    // A prepared transaction sent again after a reconnect:
+                    // the new copy replaces the old.
+                    (Some(Phase::Prepared { .. }), true) => {
+                        self.drop_held(s.xid);
+                        self.held.insert(s.xid, HeldTxn::new(Phase::Streaming));
+                    }
+                    (None, false) => {
+                        return Err(ProtocolError::UnknownStreamedTransaction { xid: s.xid })
+                    }
+                    (Some(_), _) => {
+                        return Err(ProtocolError::DuplicateStreamedTransaction { xid: s.xid })
+                    }
                 }
-                if !s.first_segment && !known {
-                    return Err(ProtocolError::UnknownStreamedTransaction { xid: s.xid });
-                }
-                self.streamed.entry(s.xid).or_default();
                 self.stream = Some(s.xid);
                 Ok(None)
             }
@@ -432,20 +412,14 @@ impl TxnAssembler {
             LogicalMessage::StreamAbort(a) => {
                 self.not_in_stream("Stream Abort")?;
                 self.not_in_txn("Stream Abort")?;
+                let txn = self
+                    .held
+                    .get_mut(&a.xid)
+                    .filter(|t| t.phase == Phase::Streaming)
+                    .ok_or(ProtocolError::UnknownStreamedTransaction { xid: a.xid })?;
                 if a.xid == a.subxid {
-                    let txn = self
-                        .streamed
-                        .remove(&a.xid)
-                        .ok_or(ProtocolError::UnknownStreamedTransaction { xid: a.xid })?;
-                    if txn.spill.is_some() {
-                        self.spilled = self.spilled.saturating_sub(1);
-                        self.pending_spill.push_back(PendingSpill::Discard(a.xid));
-                    }
+                    self.drop_held(a.xid);
                 } else {
-                    let txn = self
-                        .streamed
-                        .get_mut(&a.xid)
-                        .ok_or(ProtocolError::UnknownStreamedTransaction { xid: a.xid })?;
                     txn.changes.retain(|(sub, _)| *sub != a.subxid);
                     txn.bytes = txn.changes.iter().map(|(_, c)| c.approx_size()).sum();
                     if let Some(w) = txn.spill.as_mut() {
@@ -459,10 +433,12 @@ impl TxnAssembler {
             LogicalMessage::StreamCommit(c) => {
                 self.not_in_stream("Stream Commit")?;
                 self.not_in_txn("Stream Commit")?;
-                let txn = self
-                    .streamed
-                    .remove(&c.xid)
-                    .ok_or(ProtocolError::UnknownStreamedTransaction { xid: c.xid })?;
+                if self.held.get(&c.xid).map(|t| &t.phase) != Some(&Phase::Streaming) {
+                    return Err(ProtocolError::UnknownStreamedTransaction { xid: c.xid });
+                }
+                let Some(txn) = self.held.remove(&c.xid) else {
+                    return Err(ProtocolError::UnknownStreamedTransaction { xid: c.xid });
+                };
                 self.release(
                     TxnBegin {
                         xid: c.xid,
@@ -481,22 +457,7 @@ impl TxnAssembler {
                 Ok(None)
             }
             LogicalMessage::StreamPrepare(p) => {
-                self.not_in_stream("Stream Prepare")?;
-                self.not_in_txn("Stream Prepare")?;
-                let txn = self
-                    .streamed
-                    .remove(&p.xid)
-                    .ok_or(ProtocolError::UnknownStreamedTransaction { xid: p.xid })?;
-                self.release(
-                    TxnBegin {
-                        xid: p.xid,
-                        final_lsn: p.prepare_lsn,
-                        timestamp: p.prepare_time,
-                        kind: TxnKind::StreamedPrepared,
-                    },
-                    txn,
-                    TxnEvent::Prepare(p.into_owned()),
-                );
+                self.stream_prepare(p)?;
                 Ok(None)
             }
         }
@@ -521,7 +482,10 @@ impl TxnAssembler {
         change: Change<'a>,
         what: &'static str,
     ) -> Result<Option<TxnEvent<'a>>, ProtocolError> {
-        if self.stream.is_none() && self.open.is_some() && self.queue.is_empty() {
+        if self.stream.is_none()
+            && self.queue.is_empty()
+            && self.open.as_ref().is_some_and(|o| o.gid.is_none())
+        {
             return Ok(Some(TxnEvent::Change(change)));
         }
         self.change_slow(xid, change, what)
@@ -536,37 +500,42 @@ impl TxnAssembler {
     ) -> Result<Option<TxnEvent<'a>>, ProtocolError> {
         if let Some(top) = self.stream {
             let txn = self
-                .streamed
+                .held
                 .get_mut(&top)
                 .ok_or(ProtocolError::UnknownStreamedTransaction { xid: top })?;
-            let subxid = xid.unwrap_or(top);
-            if let Some(w) = txn.spill.as_mut() {
-                w.state.assign();
-                if w.backlog.is_empty() {
-                    w.state.encode(subxid, &change, &mut w.out);
-                } else {
-                    let change = change.into_owned();
-                    w.backlog_bytes += change.approx_size();
-                    w.backlog.push_back((subxid, change));
-                }
-                return Ok(None);
-            }
-            let change = change.into_owned();
-            txn.bytes += change.approx_size();
-            txn.changes.push((subxid, change));
+            txn.push(xid.unwrap_or(top), change);
             return Ok(None);
         }
-        if self.open.is_none() {
-            return Err(ProtocolError::ChangeOutsideTransaction { what });
+        match &self.open {
+            None => Err(ProtocolError::ChangeOutsideTransaction { what }),
+            // Between Begin Prepare and Prepare: held until decided.
+            Some(open) if open.gid.is_some() => {
+                let top = open.xid;
+                let txn = self
+                    .held
+                    .get_mut(&top)
+                    .ok_or(ProtocolError::ChangeOutsideTransaction { what })?;
+                txn.push(top, change);
+                Ok(None)
+            }
+            Some(_) => Ok(self.emit(TxnEvent::Change(change))),
         }
-        Ok(self.emit(TxnEvent::Change(change)))
     }
 
-    /// Queues a streamed transaction that committed or prepared: its
-    /// buffered changes, or the replay of its spill file.
-    fn release(&mut self, begin: TxnBegin, txn: StreamedTxn, end: TxnEvent<'static>) {
-        let StreamedTxn { changes, spill, .. } = txn;
+    /// Queues a held transaction that committed (a streamed one at Stream
+    /// Commit, a prepared one at Commit Prepared): its Begin and Origin, its
+    /// buffered changes or the replay of its spill file, and `end`.
+    fn release(&mut self, begin: TxnBegin, txn: HeldTxn, end: TxnEvent<'static>) {
+        let HeldTxn {
+            changes,
+            spill,
+            origin,
+            ..
+        } = txn;
         self.queue.push_back(Queued::Event(TxnEvent::Begin(begin)));
+        if let Some(o) = origin {
+            self.queue.push_back(Queued::Event(TxnEvent::Origin(o)));
+        }
         if let Some(mut writer) = spill {
             self.spilled = self.spilled.saturating_sub(1);
             writer.encode_backlog(usize::MAX);

@@ -1,4 +1,5 @@
-//! The spilling side of [`TxnAssembler`]: moving a streamed transaction's
+//! The spilling side of [`TxnAssembler`]: moving a held (streamed or
+//! prepared) transaction's
 //! changes out to the caller as encoded records and handing back its
 //! [`SpillReplay`] when it ends (see [`crate::spill`]).
 
@@ -46,41 +47,43 @@ const SPILL_CHUNK: usize = 256 * 1024;
 /// progress.
 #[derive(Debug)]
 pub(super) enum PendingSpill {
-    /// The last records of a transaction that committed or prepared.
+    /// The last records of a transaction that committed.
     Tail(Xid, Vec<u8>),
     Discard(Xid),
 }
 
 impl TxnAssembler {
-    /// The number of streamed transactions in progress that are spilled.
+    /// The number of held (streamed or prepared) transactions that are
+    /// spilled.
     pub fn spilled_in_progress(&self) -> usize {
         self.spilled
     }
 
-    /// Whether streamed transaction `xid` is in progress and spilled.
+    /// Whether held (streamed or prepared) transaction `xid` is spilled.
     pub fn is_spilled(&self, xid: Xid) -> bool {
-        self.streamed.get(&xid).is_some_and(|t| t.spill.is_some())
+        self.held.get(&xid).is_some_and(|t| t.spill.is_some())
     }
 
-    /// The streamed transaction in progress, not spilled, that holds the
-    /// most memory, with its [`buffered_bytes`](Self::buffered_bytes) share.
+    /// The held (streamed or prepared) transaction, not spilled, that holds
+    /// the most memory, with its [`buffered_bytes`](Self::buffered_bytes)
+    /// share.
     pub fn largest_unspilled(&self) -> Option<(Xid, usize)> {
-        self.streamed
+        self.held
             .iter()
             .filter(|(_, t)| t.spill.is_none() && !t.changes.is_empty())
             .map(|(&xid, t)| (xid, t.bytes))
             .max_by_key(|&(xid, bytes)| (bytes, std::cmp::Reverse(xid)))
     }
 
-    /// Moves streamed transaction `xid` out of memory: its buffered changes
-    /// and every later change of it are handed out as encoded records
-    /// through [`poll_spill`](Self::poll_spill), to be appended to a file the
-    /// caller creates now; at Stream Commit or Stream Prepare they come back
-    /// through [`poll_replay`](Self::poll_replay). Returns `false` (and does
-    /// nothing) if `xid` is not a streamed transaction in progress or is
-    /// already spilled.
+    /// Moves held transaction `xid` (streamed, or prepared) out of memory:
+    /// its buffered changes and every later change of it are handed out as
+    /// encoded records through [`poll_spill`](Self::poll_spill), to be
+    /// appended to a file the caller creates now; at Stream Commit or Commit
+    /// Prepared they come back through [`poll_replay`](Self::poll_replay).
+    /// Returns `false` (and does nothing) if `xid` is not held or is already
+    /// spilled.
     pub fn spill(&mut self, xid: Xid) -> bool {
-        let Some(txn) = self.streamed.get_mut(&xid) else {
+        let Some(txn) = self.held.get_mut(&xid) else {
             return false;
         };
         if txn.spill.is_some() {
@@ -115,7 +118,7 @@ impl TxnAssembler {
         if self.spilled == 0 {
             return None;
         }
-        let (&xid, writer) = self.streamed.iter_mut().find_map(|(xid, t)| {
+        let (&xid, writer) = self.held.iter_mut().find_map(|(xid, t)| {
             t.spill
                 .as_mut()
                 .filter(|w| w.has_output())
@@ -126,9 +129,9 @@ impl TxnAssembler {
         Some(SpillOp::Append { xid })
     }
 
-    /// The replay of a spilled transaction that committed or prepared, when
-    /// it is next in line: after its Begin was polled and before its Commit
-    /// or Prepare. `None` while the file still has spill output to take from
+    /// The replay of a spilled transaction that committed (or whose
+    /// prepare was committed), when it is next in line: after its Begin was
+    /// polled and before its Commit. `None` while the file still has spill output to take from
     /// [`poll_spill`](Self::poll_spill).
     pub fn poll_replay(&mut self) -> Option<SpillReplay> {
         let Some(Queued::Replay(replay)) = self.queue.front() else {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cdc_core::pgoutput::Relation;
 use cdc_core::{
     validate_binary, validate_text, Change, Lsn, Oid, PgTimestamp, RelationCache, TupleData,
-    TupleValue, TxnEvent, TxnKind, ValueError, Xid,
+    TupleValue, TxnEvent, ValueError, Xid,
 };
 
 use super::row::RowArena;
@@ -30,9 +30,6 @@ pub enum ConvertError {
         /// Xid of the open transaction.
         open_xid: Xid,
     },
-    /// Two-phase transactions (prepare / commit prepared) are not supported.
-    #[error("two-phase transactions are not supported (disable two_phase on the slot)")]
-    TwoPhaseUnsupported,
     /// A Truncate named a relation no Relation message described.
     #[error("unknown relation oid {oid}")]
     UnknownRelation {
@@ -235,10 +232,10 @@ impl EventConverter {
         out: &mut Vec<ChangeEvent>,
     ) -> Result<usize, ConvertError> {
         match event {
+            // A prepared transaction comes here only once committed (the
+            // assembler holds it until Commit Prepared), with the commit's
+            // LSN and time: converted like any other.
             TxnEvent::Begin(b) => {
-                if matches!(b.kind, TxnKind::Prepared | TxnKind::StreamedPrepared) {
-                    return Err(ConvertError::TwoPhaseUnsupported);
-                }
                 if let Some(open) = self.open {
                     return Err(ConvertError::NestedBegin {
                         xid: b.xid,
@@ -260,9 +257,10 @@ impl EventConverter {
                 Ok(0)
             }
             TxnEvent::Origin(_) => Ok(0),
-            TxnEvent::Prepare(_) | TxnEvent::CommitPrepared(_) | TxnEvent::RollbackPrepared(_) => {
-                Err(ConvertError::TwoPhaseUnsupported)
-            }
+            // Decisions about prepared transactions the assembler holds
+            // nothing of (a rolled-back one, or one prepared before the
+            // stream started): no change events.
+            TxnEvent::CommitPrepared(_) | TxnEvent::RollbackPrepared(_) => Ok(0),
             TxnEvent::Message(m) => {
                 // A non-transactional message: its own position, no commit.
                 let source = SourceInfo {

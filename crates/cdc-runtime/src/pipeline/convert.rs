@@ -48,6 +48,22 @@ impl Source<'_> {
         // or up to the checkpoint it resumed from) are skipped: a commit
         // record that starts before `processed` ends at or before it.
         match event {
+            // The assembler holds no changes of this prepared transaction: its
+            // PREPARE came before where the stream started. Before
+            // `processed` it was delivered already; after, its changes were
+            // never received (the slot was confirmed past its PREPARE by
+            // someone else, or before pgcdc held prepared transactions).
+            TxnEvent::CommitPrepared(c) => {
+                if c.commit_lsn >= self.processed {
+                    tracing::warn!(slot = %self.options.slot, gid = %c.gid, xid = c.xid, commit_lsn = %c.commit_lsn,
+                        "COMMIT PREPARED of a transaction whose changes were not received (its PREPARE is before the slot's confirmed position); they cannot be delivered");
+                }
+                return Ok(());
+            }
+            TxnEvent::RollbackPrepared(r) => {
+                tracing::debug!(slot = %self.options.slot, gid = %r.gid, xid = r.xid, "prepared transaction rolled back; nothing delivered");
+                return Ok(());
+            }
             TxnEvent::Begin(b) if b.final_lsn < self.processed => {
                 self.skipping = true;
                 return Ok(());
@@ -164,7 +180,9 @@ impl Source<'_> {
 
     /// The connection dropped: the server will send the open transaction
     /// again, so forget its events that are not shipped yet and its effect
-    /// on the operators. Events of committed transactions stay pending.
+    /// on the operators. Events of committed transactions stay pending, and
+    /// prepared transactions waiting for their decision stay held (the
+    /// server may start past their PREPARE).
     pub(super) fn abort_open_transaction(&mut self) {
         if self.converter.open_transaction().is_some() {
             for op in self.operators.iter_mut() {
@@ -173,7 +191,9 @@ impl Source<'_> {
         }
         self.pending.events.truncate(self.pending.committed);
         self.assembler.reset();
-        self.spill.clear();
+        // Prepared transactions waiting for their decision stay held.
+        let assembler = &self.assembler;
+        self.spill.retain(|xid| assembler.is_spilled(xid));
         self.converter.reset();
         self.skipping = false;
         if let Some(s) = self.snapshot.as_mut() {

@@ -30,6 +30,20 @@
 //!   resumes from there (at-least-once: sinks may see a transaction twice,
 //!   identified by `(commit_lsn, index)`).
 //!
+//! # Two-phase transactions
+//!
+//! On a slot with `two_phase` enabled the server sends a prepared
+//! transaction at PREPARE and its decision later. The assembler holds it
+//! (spilled past `byte_budget` like a streamed one) and the pipeline delivers
+//! it once, at COMMIT PREPARED, with the commit's LSN and time as its
+//! position; a rolled-back one delivers nothing. Other transactions flow
+//! meanwhile. Because the server does not send a PREPARE again once the slot
+//! is confirmed past it, **confirmed never passes the prepare LSN of an
+//! undecided prepared transaction, nor of a committed one until its commit
+//! is flushed (or checkpointed)**, and a pipeline resuming from a checkpoint
+//! on a two-phase slot starts from the slot's position; see the `prepared`
+//! module for the whole rule.
+//!
 //! # Operators and checkpoints
 //!
 //! [`Operator`]s see every change event in order and each commit, before
@@ -61,7 +75,8 @@
 //! `batch_size` events, so they take no more memory however large they are.
 //! Streamed in-progress transactions (pgoutput v2+: the server streams a
 //! transaction once it outgrows its `logical_decoding_work_mem`) must be held
-//! until Stream Commit. They are held in memory up to `byte_budget` bytes in
+//! until Stream Commit, and prepared ones (two-phase) until COMMIT PREPARED.
+//! They are held in memory up to `byte_budget` bytes in
 //! total; past it the largest one is spilled to a temporary file in
 //! `spill_dir` and its later changes are appended there. At Stream Commit a
 //! spilled transaction is read back one record at a time and shipped in
@@ -74,7 +89,8 @@
 //! which wires them together.
 //!
 //! * `options`: [`PipelineOptions`] and [`Backoff`].
-//! * `progress`: which LSN may be confirmed when (no IO).
+//! * `progress`: which LSN may be confirmed when (no IO); `prepared`: how
+//!   prepared transactions hold it back (the two-phase rule).
 //! * `status`: standby status updates and [`Progress`] snapshots.
 //! * `session`: the source session: the reconnect loop, the socket select
 //!   loop, and handling each replication message.
@@ -92,6 +108,7 @@ mod defaults;
 mod error;
 mod options;
 mod partitions;
+mod prepared;
 mod progress;
 mod requests;
 mod session;
@@ -244,16 +261,18 @@ impl Pipeline {
         let coordinator =
             checkpoints.map(|c| Coordinator::new(c, &options.slot, &options.publications));
         let mut start = options.start_lsn;
+        let mut lsn = LsnProgress::new(sinks.len(), coordinator.is_some());
         if let Some(resume) = coordinator.as_ref().and_then(Coordinator::resume) {
             convert::restore_operators(resume, &mut operators)?;
-            start = start.or(Some(resume.source.commit_end_lsn));
+            let position = start.unwrap_or(resume.source.commit_end_lsn);
+            start = Some(position);
+            lsn.handle_resume(position);
         }
         let snapshot = snapshot_bridge::start_snapshot(snapshot, coordinator.as_ref())?;
         let partitions = snapshot.as_ref().and_then(|s| {
             partitions::PartitionWatch::spawn(s.client_settings().clone(), s.partitioned_tables())
         });
         let snapshot_state = snapshot_bridge::snapshot_state(snapshot.as_ref());
-        let lsn = LsnProgress::new(sinks.len(), coordinator.is_some());
         let mut shared = Shared {
             senders: Vec::new(),
             acks: Vec::new(),

@@ -6,9 +6,12 @@
 //! confirmable, and what does a standby status update report. No sockets,
 //! no tokio, no clock (the caller passes the time); the session feeds it and
 //! sends what it says. See the module docs of [`crate::pipeline`] for what
-//! each LSN means.
+//! each LSN means, and the `prepared` module for how prepared transactions
+//! hold the confirmed position back.
 
 use cdc_core::{Lsn, PgTimestamp, StandbyStatusUpdate};
+
+use super::prepared::PrepareHolds;
 
 /// The LSN accounting of a pipeline: received, acknowledged per sink, the
 /// idle keepalive position, what checkpoints allow, and confirmed.
@@ -30,6 +33,8 @@ pub(super) struct LsnProgress {
     /// coordinator last reported it. `None`: the pipeline takes no
     /// checkpoints, so acknowledgements decide.
     checkpoints: Option<Lsn>,
+    /// What prepared (two-phase) transactions forbid confirming.
+    holds: PrepareHolds,
     /// The position confirmed so far; monotonic.
     confirmed: Lsn,
 }
@@ -54,6 +59,7 @@ impl LsnProgress {
             acked: vec![Lsn::INVALID; sinks],
             idle: None,
             checkpoints: checkpoints.then_some(Lsn::INVALID),
+            holds: PrepareHolds::default(),
             confirmed: Lsn::INVALID,
         }
     }
@@ -92,6 +98,37 @@ impl LsnProgress {
         }
     }
 
+    /// After a message: `oldest` is the prepare LSN of the oldest prepared
+    /// transaction still undecided (from the assembler), `processed` the end
+    /// of the last transaction processed. Nothing past an undecided prepare
+    /// is confirmed, nor past a decided one until `processed` is.
+    pub(super) fn handle_prepared(&mut self, oldest: Option<Lsn>, processed: Lsn) {
+        self.holds.handle_undecided(oldest, processed);
+        self.holds.handle_stream_position(processed);
+    }
+
+    /// The pipeline resumes from a checkpoint at `position`.
+    pub(super) fn handle_resume(&mut self, position: Lsn) {
+        self.holds.handle_resume(position);
+    }
+
+    /// While resuming from a checkpoint: the position the stream must pass
+    /// (see [`handle_two_phase_slot`](Self::handle_two_phase_slot)).
+    pub(super) fn resuming(&self) -> Option<Lsn> {
+        self.holds.resuming()
+    }
+
+    /// The slot has `two_phase`: while resuming, nothing new is confirmed
+    /// (prepared transactions before the checkpoint are being sent again).
+    pub(super) fn handle_two_phase_slot(&mut self) {
+        self.holds.handle_two_phase_slot();
+    }
+
+    /// A keepalive: the server has sent everything before `position`.
+    pub(super) fn handle_keepalive(&mut self, position: Lsn) {
+        self.holds.handle_stream_position(position);
+    }
+
     /// The highest WAL position received.
     pub(super) fn received(&self) -> Lsn {
         self.received
@@ -115,7 +152,16 @@ impl LsnProgress {
     /// has nothing to flush); without, the minimum acknowledged position
     /// over all sinks, or the idle position once every sink flushed the
     /// commit before it.
+    ///
+    /// Prepared transactions hold it back further (see the `prepared`
+    /// module).
     pub(super) fn confirmable(&self) -> Lsn {
+        self.holds.cap(self.unheld())
+    }
+
+    /// [`confirmable`](Self::confirmable) without the prepared transactions'
+    /// holds.
+    fn unheld(&self) -> Lsn {
         if let Some(c) = self.checkpoints {
             return c;
         }
@@ -129,6 +175,7 @@ impl LsnProgress {
     /// Moves `confirmed` as far as the inputs allow (never backward) and
     /// returns it.
     pub(super) fn poll_confirmed(&mut self) -> Lsn {
+        self.holds.prune(self.unheld());
         let allowed = self.confirmable();
         if allowed > self.confirmed {
             self.confirmed = allowed;
@@ -282,6 +329,50 @@ mod tests {
         p.handle_checkpoint_confirmable(lsn(200));
         p.handle_ack(0, lsn(50));
         assert_eq!(p.poll_confirmed(), lsn(50));
+    }
+
+    #[test]
+    fn a_prepared_transaction_holds_confirmed_until_its_commit_is_flushed() {
+        let mut p = LsnProgress::new(1, false);
+        p.handle_ack(0, lsn(300));
+        assert_eq!(p.poll_confirmed(), lsn(300));
+        // Begin Prepare at 400; a later transaction ends at 508 and is flushed.
+        p.handle_prepared(Some(lsn(400)), lsn(300));
+        p.handle_prepared(Some(lsn(400)), lsn(508));
+        p.handle_ack(0, lsn(508));
+        p.handle_idle_keepalive(lsn(520), lsn(508));
+        assert_eq!(p.poll_confirmed(), lsn(400));
+        // Commit Prepared: the released transaction ends at 608.
+        p.handle_prepared(None, lsn(608));
+        assert_eq!(p.poll_confirmed(), lsn(400), "not flushed yet");
+        p.handle_ack(0, lsn(608));
+        assert_eq!(p.poll_confirmed(), lsn(608));
+    }
+
+    #[test]
+    fn with_checkpoints_a_prepared_transaction_holds_too() {
+        let mut p = LsnProgress::new(1, true);
+        p.handle_prepared(Some(lsn(400)), lsn(300));
+        p.handle_checkpoint_confirmable(lsn(500));
+        assert_eq!(p.poll_confirmed(), lsn(400));
+        p.handle_prepared(None, lsn(608));
+        p.handle_checkpoint_confirmable(lsn(700));
+        assert_eq!(p.poll_confirmed(), lsn(700));
+    }
+
+    #[test]
+    fn resuming_on_a_two_phase_slot_confirms_nothing_until_past_the_checkpoint() {
+        let mut p = LsnProgress::new(1, true);
+        p.handle_resume(lsn(1000));
+        p.handle_two_phase_slot();
+        p.handle_checkpoint_confirmable(lsn(1000));
+        assert_eq!(p.poll_confirmed(), Lsn::INVALID);
+        // Transactions before the checkpoint are sent again (and skipped).
+        p.handle_prepared(None, lsn(1000));
+        assert_eq!(p.poll_confirmed(), Lsn::INVALID);
+        p.handle_keepalive(lsn(1200));
+        assert_eq!(p.resuming(), None);
+        assert_eq!(p.poll_confirmed(), lsn(1000));
     }
 
     #[test]

@@ -117,6 +117,7 @@ impl Source<'_> {
         let opts = self.options;
         self.abort_open_transaction();
 
+        let resuming = shared.lsn.resuming();
         let connect = async {
             let mut conn = ReplicationConnection::connect(&opts.replication).await?;
             let version = conn.server_version_num().await?;
@@ -125,15 +126,30 @@ impl Source<'_> {
             if let Some(v) = opts.proto_version {
                 pgoutput = pgoutput.proto_version(v)?;
             }
-            let start = self.processed.max(shared.lsn.confirmed());
+            let mut start = self.processed.max(shared.lsn.confirmed());
+            // Resuming from a checkpoint on a two-phase slot: start where the
+            // slot is confirmed, so that the server sends again every
+            // prepared transaction still undecided (see `prepared`).
+            let two_phase = match resuming {
+                Some(_) => slot_two_phase(&mut conn, &opts.slot, version).await?,
+                None => false,
+            };
+            if two_phase {
+                tracing::info!(slot = %opts.slot, checkpoint = %start,
+                    "two-phase slot: resuming from its confirmed position so that undecided prepared transactions are sent again");
+                start = Lsn::INVALID;
+            }
             tracing::info!(slot = %opts.slot, start = %start, proto_version = pgoutput.get_proto_version(), "starting replication");
             let stream = conn.start_replication(&opts.slot, start, &pgoutput).await?;
-            Ok::<_, ReplicationError>((stream, pgoutput))
+            Ok::<_, ReplicationError>((stream, pgoutput, two_phase))
         };
-        let (mut stream, pgoutput) = tokio::select! {
+        let (mut stream, pgoutput, two_phase) = tokio::select! {
             r = connect => r?,
             _ = shutdown.as_mut() => return Err(PipelineError::ShutdownWhileConnecting),
         };
+        if two_phase {
+            shared.lsn.handle_two_phase_slot();
+        }
         self.started = true;
         let proto = pgoutput.get_proto_version();
         if let Some(c) = shared.coordinator.as_mut() {
@@ -255,6 +271,7 @@ impl Source<'_> {
         match ReplicationMessage::parse(payload)? {
             ReplicationMessage::PrimaryKeepalive(k) => {
                 tracing::trace!(slot = %self.options.slot, wal_end = %k.wal_end, reply = k.reply_requested, open = ?self.converter.open_transaction(), "keepalive");
+                shared.lsn.handle_keepalive(k.wal_end);
                 // Between transactions everything before the server's
                 // position has been sent: a checkpoint may record it.
                 if self.converter.open_transaction().is_none()
@@ -305,10 +322,37 @@ impl Source<'_> {
                     }
                     replay.finish().map_err(|e| file.corrupt(e))?;
                 }
+                // Prepared transactions hold the confirmed position.
+                shared
+                    .lsn
+                    .handle_prepared(self.assembler.oldest_undecided_prepare(), self.processed);
             }
         }
         self.serve_requests(shared).await
     }
+}
+
+/// Whether slot `slot` has `two_phase` enabled (PostgreSQL 14+; older
+/// servers have no two-phase slots). A missing slot reads as `false`:
+/// START_REPLICATION reports it.
+async fn slot_two_phase(
+    conn: &mut ReplicationConnection,
+    slot: &str,
+    server_version: u32,
+) -> Result<bool, ReplicationError> {
+    if server_version < 140_000 {
+        return Ok(false);
+    }
+    let sql = format!(
+        "SELECT two_phase FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
+        cdc_core::sql::quote_literal(slot)
+    );
+    let results = conn.simple_query(&sql).await?;
+    let two_phase = results
+        .iter()
+        .flat_map(|r| r.rows().first())
+        .any(|row| row.first().cloned().flatten().as_deref() == Some("t"));
+    Ok(two_phase)
 }
 
 /// Waits for a snapshot reader to fail (pending without a snapshot).

@@ -1,13 +1,14 @@
-//! Spill files: streamed in-progress transactions that outgrow
-//! `pipeline.byte_budget` move from memory to a temporary file and are read
-//! back at Stream Commit.
+//! Spill files: held transactions (streamed ones in progress, and prepared
+//! ones waiting for COMMIT PREPARED) that outgrow `pipeline.byte_budget`
+//! move from memory to a temporary file and are read back at Stream Commit
+//! or Commit Prepared.
 //!
 //! The encoding, the bookkeeping of subtransaction aborts and the replay are
 //! cdc-core's ([`cdc_core::spill`]); this module only stores bytes. After
 //! every message the pipeline calls [`Spiller::after_message`]: while the
 //! assembler holds more than the budget it spills the largest transaction
 //! still in memory, then appends whatever spill output is pending. At Stream
-//! Commit (or Stream Prepare) [`Spiller::reader`] streams the file back one
+//! Commit (or Commit Prepared) [`Spiller::reader`] streams the file back one
 //! record at a time.
 //!
 //! Files live in `pipeline.spill_dir` (default: the system temporary
@@ -16,7 +17,8 @@
 //! reconnects or stops (on drop), and at startup for leftovers of the same
 //! slot from a process that died. Each file stays open from creation to
 //! replay, so a file unlinked by another process under the same name does
-//! not break this one (on Unix).
+//! not break this one (on Unix). A reconnect keeps the files of prepared
+//! transactions the assembler still holds ([`Spiller::retain`]).
 
 use std::collections::HashMap;
 use std::io::SeekFrom;
@@ -182,7 +184,7 @@ impl Spiller {
             };
             let file = self.create(xid).await?;
             tracing::info!(xid, bytes, budget = self.budget, path = %file.path.0.display(),
-                "streamed transaction over pipeline.byte_budget; spilling it to disk");
+                "held (streamed or prepared) transaction over pipeline.byte_budget; spilling it to disk");
             self.files.insert(xid, file);
             assembler.spill(xid);
             self.write_pending(assembler).await?;
@@ -261,9 +263,10 @@ impl Spiller {
         })
     }
 
-    /// Deletes every spill file (the assembler was reset).
-    pub(crate) fn clear(&mut self) {
-        self.files.clear();
+    /// The assembler was reset: deletes every spill file except those of
+    /// the transactions `keep` names (prepared ones it still holds).
+    pub(crate) fn retain(&mut self, keep: impl Fn(Xid) -> bool) {
+        self.files.retain(|&xid, _| keep(xid));
     }
 }
 

@@ -3,7 +3,7 @@
 use cdc_core::pgoutput::{
     Column, Delete, Insert, OldTuple, Relation, ReplicaIdentity, Truncate, Update,
 };
-use cdc_core::{decode_text, types, TxnBegin, TxnCommit, Value};
+use cdc_core::{decode_text, types, TxnBegin, TxnCommit, TxnKind, Value};
 
 use super::*;
 
@@ -253,4 +253,44 @@ fn new_relation_message_rebuilds_the_schema() {
     conv.handle(&ins(&renamed), &cache, None, &mut out).unwrap();
     assert_eq!(out[0].table_name(), Some("a"));
     assert_eq!(out[1].table_name(), Some("a2"));
+}
+
+#[test]
+fn a_committed_prepared_transaction_converts_like_any_other() {
+    let mut cache = RelationCache::new();
+    let a = relation(&mut cache, 10, "a");
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    // As the assembler releases it at Commit Prepared: the commit's position.
+    let begin = TxnEvent::Begin(TxnBegin {
+        xid: 9,
+        final_lsn: Lsn::from_u64(0x500),
+        timestamp: PgTimestamp::from_pg_micros(1_000_000),
+        kind: TxnKind::Prepared,
+    });
+    let insert = TxnEvent::Change(Change::Insert(
+        a,
+        Insert {
+            xid: None,
+            relation: 10,
+            new: tuple(&[TupleValue::Text(b"1"), TupleValue::Null]),
+        },
+    ));
+    for e in [begin, insert, commit(9)] {
+        conv.handle(&e, &cache, None, &mut out).unwrap();
+    }
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].source.commit_lsn, Lsn::from_u64(0x500));
+    // Decisions the assembler had nothing of: no events.
+    let rollback = TxnEvent::RollbackPrepared(cdc_core::pgoutput::RollbackPrepared {
+        flags: 0,
+        prepare_end_lsn: Lsn::from_u64(0x600),
+        rollback_end_lsn: Lsn::from_u64(0x700),
+        prepare_time: PgTimestamp::EPOCH,
+        rollback_time: PgTimestamp::EPOCH,
+        xid: 10,
+        gid: "g".into(),
+    });
+    assert_eq!(conv.handle(&rollback, &cache, None, &mut out).unwrap(), 0);
+    assert_eq!(out.len(), 1);
 }

@@ -4,8 +4,8 @@
 
 use super::*;
 use cdc_core::pgoutput::{
-    Column, Insert, LogicalMessage, Relation, ReplicaIdentity, StreamAbort, StreamCommit,
-    StreamStart, TupleData, TupleValue,
+    Column, Insert, LogicalMessage, Prepare, Relation, ReplicaIdentity, RollbackPrepared,
+    StreamAbort, StreamCommit, StreamStart, TupleData, TupleValue,
 };
 use cdc_core::{Lsn, PgTimestamp, TxnEvent};
 
@@ -138,9 +138,9 @@ async fn abort_reset_drop_and_startup_remove_the_files() {
     });
     feed(&mut spiller, &mut asm, vec![abort]).await;
     assert_eq!(spill_files(dir.path()).len(), 1);
-    // Reset (reconnect): all go.
+    // Reset (reconnect): all go (no prepared transaction is held).
     asm.reset();
-    spiller.clear();
+    spiller.retain(|xid| asm.is_spilled(xid));
     assert!(spill_files(dir.path()).is_empty());
     // Drop: all go.
     feed(
@@ -208,4 +208,46 @@ fn prefixes_of_different_slots_never_overlap() {
     assert_eq!(file_prefix("pgcdc_app"), "pgcdc-spill-pgcdc_app-");
     assert_eq!(file_prefix("a-b"), "pgcdc-spill-a%2db-");
     assert!(!file_prefix("a_b").starts_with(&file_prefix("a")));
+}
+
+#[tokio::test]
+async fn a_prepared_transaction_keeps_its_file_over_a_reset_until_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spiller = Spiller::new(dir.path().to_owned(), "s", 64);
+    let mut asm = assembler();
+    let mut msgs = vec![start(7, true)];
+    msgs.extend((0..10).map(|_| insert(7, "p")));
+    msgs.extend([
+        LogicalMessage::StreamStop,
+        LogicalMessage::StreamPrepare(Prepare {
+            flags: 0,
+            prepare_lsn: Lsn::from_u64(0x700),
+            end_lsn: Lsn::from_u64(0x708),
+            prepare_time: PgTimestamp::EPOCH,
+            xid: 7,
+            gid: "g".into(),
+        }),
+        start(8, true),
+    ]);
+    msgs.extend((0..10).map(|_| insert(8, "s")));
+    msgs.push(LogicalMessage::StreamStop);
+    feed(&mut spiller, &mut asm, msgs).await;
+    assert!(asm.is_spilled(7) && asm.is_spilled(8));
+    // Reconnect: the streamed one goes, the prepared one stays.
+    asm.reset();
+    spiller.retain(|xid| asm.is_spilled(xid));
+    assert_eq!(spill_files(dir.path()).len(), 1);
+    assert_eq!(spiller.open_files(), 1);
+    // Rollback Prepared: its file goes too.
+    let rollback = LogicalMessage::RollbackPrepared(RollbackPrepared {
+        flags: 0,
+        prepare_end_lsn: Lsn::from_u64(0x708),
+        rollback_end_lsn: Lsn::from_u64(0x808),
+        prepare_time: PgTimestamp::EPOCH,
+        rollback_time: PgTimestamp::EPOCH,
+        xid: 7,
+        gid: "g".into(),
+    });
+    feed(&mut spiller, &mut asm, vec![rollback]).await;
+    assert!(spill_files(dir.path()).is_empty());
 }
