@@ -4,7 +4,7 @@ use cdc_core::Lsn;
 
 use crate::model::{
     Checkpoint, CheckpointId, InvalidCheckpoint, JobName, OperatorState, ProtocolOptions,
-    SinkPosition, SnapshotProgress, SourcePosition, StreamingMode, TableCursor, TableDone,
+    RelationColumn, RelationVersion, SinkPosition, SnapshotProgress, SourcePosition, StreamingMode, TableCursor, TableDone,
     TableRef, Timestamp,
 };
 
@@ -43,6 +43,45 @@ pub(crate) fn checkpoint_without_operators(cp: &Checkpoint) -> pb::Checkpoint {
             .map(|s| pb::SinkPosition {
                 sink_id: s.sink_id.clone(),
                 position: s.position.clone(),
+            })
+            .collect(),
+        relations: cp.relations.iter().map(relation_to_pb).collect(),
+    }
+}
+
+fn relation_to_pb(r: &RelationVersion) -> pb::RelationVersion {
+    pb::RelationVersion {
+        oid: r.oid,
+        lsn: r.lsn.as_u64(),
+        schema: r.schema.clone(),
+        name: r.name.clone(),
+        columns: r
+            .columns
+            .iter()
+            .map(|c| pb::RelationColumn {
+                name: c.name.clone(),
+                type_oid: c.type_oid,
+                type_modifier: c.type_modifier,
+                key: c.key,
+            })
+            .collect(),
+    }
+}
+
+fn relation_from_pb(r: pb::RelationVersion) -> RelationVersion {
+    RelationVersion {
+        oid: r.oid,
+        lsn: Lsn::from_u64(r.lsn),
+        schema: r.schema,
+        name: r.name,
+        columns: r
+            .columns
+            .into_iter()
+            .map(|c| RelationColumn {
+                name: c.name,
+                type_oid: c.type_oid,
+                type_modifier: c.type_modifier,
+                key: c.key,
             })
             .collect(),
     }
@@ -152,6 +191,7 @@ impl TryFrom<pb::Checkpoint> for Checkpoint {
             operators,
             snapshot,
             sinks,
+            relations: m.relations.into_iter().map(relation_from_pb).collect(),
         };
         cp.validate()?;
         Ok(cp)
