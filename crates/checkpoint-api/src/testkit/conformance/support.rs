@@ -12,8 +12,8 @@ use super::{Failure, StoreFactory};
 use crate::error::{CheckpointError, NotFound};
 use crate::model::{
     Checkpoint, CheckpointId, JobName, OperatorState, ProtocolOptions, RelationColumn,
-    RelationVersion, SinkPosition,
-    SnapshotProgress, SourcePosition, StreamingMode, TableCursor, TableDone, TableRef, Timestamp,
+    RelationVersion, SinkPosition, SnapshotProgress, SourcePosition, StreamingMode, TableCursor,
+    TableDone, TableRef, Timestamp,
 };
 use crate::store::{CheckpointMeta, CheckpointStore, Lease, OwnerId};
 
