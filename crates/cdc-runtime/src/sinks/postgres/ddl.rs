@@ -78,6 +78,20 @@ impl PgTableSink {
                     return Ok(()); // both names map to the same target
                 }
                 let what = format!("{} to {}", from.quoted(), quoted);
+                let source_new = TableName::new(&*table.schema, &*table.table);
+                let source_old = TableName::new(&**schema, &**old);
+                if self.options.tables.contains_key(&source_old)
+                    || self.options.tables.contains_key(&source_new)
+                {
+                    return Err(fail(
+                        what,
+                        "the table is mapped to a target name in the sink's tables".into(),
+                        format!(
+                            "map {}.{} to the target table in the sink's tables, then restart",
+                            table.schema, table.table
+                        ),
+                    ));
+                }
                 if self.exists(target).await? {
                     if self.exists(&from).await? {
                         return Err(fail(
