@@ -368,6 +368,7 @@ fn insert(
         before: None,
         after: Some(Row::from_values(vec![Value::Int8(id), Value::Int4(amount)])),
         message: None,
+        schema_change: None,
         source: SourceInfo {
             commit_lsn,
             lsn: commit_lsn,

@@ -82,6 +82,7 @@ fn ev(
         before: before.map(Row::from_values),
         after: after.map(Row::from_values),
         message: None,
+        schema_change: None,
         source: source(index),
         index,
     }

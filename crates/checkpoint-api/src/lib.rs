@@ -120,8 +120,9 @@ pub use error::{BoxError, CheckpointError, CorruptKind, NotFound, Regression, Re
 pub use latest::{LatestScan, LatestStep};
 pub use model::{
     Checkpoint, CheckpointId, InvalidCheckpoint, JobName, NameKind, OperatorState, ProtocolOptions,
-    SinkPosition, SnapshotProgress, SnapshotRequest, SourcePosition, StreamingMode, TableCursor,
-    TableDone, TableRef, Timestamp, MAX_FINGERPRINT_LEN, MAX_NAME_LEN,
+    RelationColumn, RelationVersion, SinkPosition, SnapshotProgress, SnapshotRequest,
+    SourcePosition, StreamingMode, TableCursor, TableDone, TableRef, Timestamp,
+    MAX_FINGERPRINT_LEN, MAX_NAME_LEN, MAX_RELATION_COLUMNS,
 };
 pub use operator::{OperatorStateError, StatefulOperator};
 pub use store::{

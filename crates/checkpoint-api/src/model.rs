@@ -156,6 +156,9 @@ pub struct Checkpoint {
     pub snapshot: Option<SnapshotProgress>,
     /// The opaque resume position of every sink; ids are unique.
     pub sinks: Vec<SinkPosition>,
+    /// The schema in force at [`source`](Self::source) of every relation the
+    /// stream decoded; oids are unique.
+    pub relations: Vec<RelationVersion>,
 }
 
 impl Checkpoint {
@@ -178,6 +181,7 @@ impl Checkpoint {
             operators: Vec::new(),
             snapshot: None,
             sinks: Vec::new(),
+            relations: Vec::new(),
         }
     }
 
@@ -217,6 +221,16 @@ impl Checkpoint {
                 return Err(InvalidCheckpoint::DuplicateOperator { id: op.id.clone() });
             }
         }
+        let mut seen = HashSet::with_capacity(self.relations.len());
+        for rel in &self.relations {
+            rel.validate()?;
+            if !seen.insert(rel.oid) {
+                return Err(InvalidCheckpoint::InvalidRelation {
+                    oid: rel.oid,
+                    reason: "appears more than once",
+                });
+            }
+        }
         let mut seen = HashSet::with_capacity(self.sinks.len());
         for sink in &self.sinks {
             check_name(&sink.sink_id, NameKind::Sink)?;
@@ -241,6 +255,62 @@ pub struct SourcePosition {
     pub publications: Vec<String>,
     /// The pgoutput options the stream was started with.
     pub protocol: ProtocolOptions,
+}
+
+/// One version of a relation's schema (from pgoutput's Relation message),
+/// with the LSN it took effect at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelationVersion {
+    /// Relation OID on the source (never 0).
+    pub oid: u32,
+    /// LSN of the first change decoded with this version
+    /// ([`Lsn::INVALID`] when unknown).
+    pub lsn: Lsn,
+    /// Schema (namespace) name.
+    pub schema: String,
+    /// Table name.
+    pub name: String,
+    /// The columns, in the order of the row values.
+    pub columns: Vec<RelationColumn>,
+}
+
+impl RelationVersion {
+    /// Checks the oid and the names.
+    pub fn validate(&self) -> Result<(), InvalidCheckpoint> {
+        let bad = |reason| InvalidCheckpoint::InvalidRelation {
+            oid: self.oid,
+            reason,
+        };
+        if self.oid == 0 {
+            return Err(bad("oid 0"));
+        }
+        if self.schema.is_empty() || self.name.is_empty() {
+            return Err(bad("empty schema or table name"));
+        }
+        if self.columns.iter().any(|c| c.name.is_empty()) {
+            return Err(bad("empty column name"));
+        }
+        if self.columns.len() > MAX_RELATION_COLUMNS {
+            return Err(bad("more columns than PostgreSQL allows"));
+        }
+        Ok(())
+    }
+}
+
+/// PostgreSQL's limit of columns in a table (`MaxHeapAttributeNumber`).
+pub const MAX_RELATION_COLUMNS: usize = 1600;
+
+/// One column of a [`RelationVersion`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelationColumn {
+    /// Column name.
+    pub name: String,
+    /// Type OID.
+    pub type_oid: u32,
+    /// Type modifier (`atttypmod`; -1 if none).
+    pub type_modifier: i32,
+    /// Whether the column is part of the replica identity.
+    pub key: bool,
 }
 
 /// pgoutput options of `START_REPLICATION`.
@@ -454,6 +524,14 @@ pub enum InvalidCheckpoint {
         found: u32,
         /// The newest supported version.
         supported: u32,
+    },
+    /// A relation version is not valid.
+    #[error("relation oid {oid}: {reason}")]
+    InvalidRelation {
+        /// The relation OID.
+        oid: u32,
+        /// What is wrong.
+        reason: &'static str,
     },
     /// An enum field holds a value this reader does not know.
     #[error("field `{field}` has unknown value {value}")]

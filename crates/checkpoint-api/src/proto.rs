@@ -4,8 +4,8 @@ use cdc_core::Lsn;
 
 use crate::model::{
     Checkpoint, CheckpointId, InvalidCheckpoint, JobName, OperatorState, ProtocolOptions,
-    SinkPosition, SnapshotProgress, SnapshotRequest, SourcePosition, StreamingMode, TableCursor,
-    TableDone, TableRef, Timestamp,
+    RelationColumn, RelationVersion, SinkPosition, SnapshotProgress, SnapshotRequest,
+    SourcePosition, StreamingMode, TableCursor, TableDone, TableRef, Timestamp,
 };
 
 #[allow(
@@ -43,6 +43,45 @@ pub(crate) fn checkpoint_without_operators(cp: &Checkpoint) -> pb::Checkpoint {
             .map(|s| pb::SinkPosition {
                 sink_id: s.sink_id.clone(),
                 position: s.position.clone(),
+            })
+            .collect(),
+        relations: cp.relations.iter().map(relation_to_pb).collect(),
+    }
+}
+
+fn relation_to_pb(r: &RelationVersion) -> pb::RelationVersion {
+    pb::RelationVersion {
+        oid: r.oid,
+        lsn: r.lsn.as_u64(),
+        schema: r.schema.clone(),
+        name: r.name.clone(),
+        columns: r
+            .columns
+            .iter()
+            .map(|c| pb::RelationColumn {
+                name: c.name.clone(),
+                type_oid: c.type_oid,
+                type_modifier: c.type_modifier,
+                key: c.key,
+            })
+            .collect(),
+    }
+}
+
+fn relation_from_pb(r: pb::RelationVersion) -> RelationVersion {
+    RelationVersion {
+        oid: r.oid,
+        lsn: Lsn::from_u64(r.lsn),
+        schema: r.schema,
+        name: r.name,
+        columns: r
+            .columns
+            .into_iter()
+            .map(|c| RelationColumn {
+                name: c.name,
+                type_oid: c.type_oid,
+                type_modifier: c.type_modifier,
+                key: c.key,
             })
             .collect(),
     }
@@ -172,6 +211,7 @@ impl TryFrom<pb::Checkpoint> for Checkpoint {
             operators,
             snapshot,
             sinks,
+            relations: m.relations.into_iter().map(relation_from_pb).collect(),
         };
         cp.validate()?;
         Ok(cp)
@@ -280,5 +320,79 @@ impl TryFrom<pb::SnapshotProgress> for SnapshotProgress {
             requests,
             requests_done,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn with_relations(relations: Vec<pb::RelationVersion>) -> pb::Checkpoint {
+        let mut cp = Checkpoint::new(
+            JobName::new("job").unwrap(),
+            CheckpointId::FIRST,
+            Timestamp::from_unix_micros(1),
+            SourcePosition {
+                commit_end_lsn: Lsn::from_u64(0x100),
+                slot: "slot".into(),
+                publications: vec!["p".into()],
+                protocol: ProtocolOptions::default(),
+            },
+        );
+        cp.relations = vec![RelationVersion {
+            oid: 7,
+            lsn: Lsn::from_u64(0x80),
+            schema: "public".into(),
+            name: "t".into(),
+            columns: vec![RelationColumn {
+                name: "id".into(),
+                type_oid: 23,
+                type_modifier: -1,
+                key: true,
+            }],
+        }];
+        let mut m = checkpoint_without_operators(&cp);
+        assert_eq!(Checkpoint::try_from(m.clone()).unwrap(), cp, "round trip");
+        m.relations = relations;
+        m
+    }
+
+    fn relation(oid: u32, name: &str, column: &str) -> pb::RelationVersion {
+        pb::RelationVersion {
+            oid,
+            lsn: 1,
+            schema: "public".into(),
+            name: name.into(),
+            columns: vec![pb::RelationColumn {
+                name: column.into(),
+                type_oid: 23,
+                type_modifier: -1,
+                key: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn invalid_relation_versions_are_refused() {
+        for (relations, reason) in [
+            (vec![relation(0, "t", "a")], "oid 0"),
+            (vec![relation(1, "", "a")], "empty schema or table name"),
+            (vec![relation(1, "t", "")], "empty column name"),
+            (
+                vec![relation(1, "t", "a"), relation(1, "u", "a")],
+                "appears more than once",
+            ),
+        ] {
+            let err = Checkpoint::try_from(with_relations(relations)).unwrap_err();
+            assert!(
+                matches!(err, InvalidCheckpoint::InvalidRelation { reason: r, .. } if r == reason),
+                "{err}"
+            );
+        }
+        let mut many = relation(1, "t", "a");
+        many.columns = vec![many.columns[0].clone(); crate::model::MAX_RELATION_COLUMNS + 1];
+        assert!(Checkpoint::try_from(with_relations(vec![many])).is_err());
     }
 }

@@ -162,6 +162,21 @@ fn checkpoint_with(max_state: usize) -> impl Strategy<Value = Checkpoint> {
                         position,
                     })
                     .collect(),
+                // Oids made unique by their index.
+                relations: (1..=u32::try_from(micros.rem_euclid(3)).unwrap_or(0))
+                    .map(|oid| RelationVersion {
+                        oid,
+                        lsn: Lsn::from_u64(u64::from(oid) << 8),
+                        schema: "public".into(),
+                        name: format!("t{oid}"),
+                        columns: vec![RelationColumn {
+                            name: "id".into(),
+                            type_oid: 23,
+                            type_modifier: -1,
+                            key: true,
+                        }],
+                    })
+                    .collect(),
             },
         )
 }

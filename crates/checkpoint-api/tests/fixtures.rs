@@ -99,6 +99,7 @@ fn v1_checkpoint() -> Result<Checkpoint, Box<dyn std::error::Error>> {
                 position: Bytes::new(),
             },
         ],
+        relations: Vec::new(),
     })
 }
 

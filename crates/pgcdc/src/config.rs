@@ -374,13 +374,28 @@ pub enum Format {
 }
 
 impl Format {
-    /// The encoder format.
-    pub fn json_format(self) -> JsonFormat {
+    /// The encoder format; `schema_changes` writes schema-change events in
+    /// the Debezium format too (the plain format always writes them).
+    pub fn json_format(self, schema_changes: bool) -> JsonFormat {
         match self {
-            Format::Debezium => JsonFormat::Debezium(DebeziumOptions::default()),
+            Format::Debezium => JsonFormat::Debezium(DebeziumOptions {
+                schema_changes,
+                ..DebeziumOptions::default()
+            }),
             Format::Plain => JsonFormat::Plain,
         }
     }
+}
+
+/// `dropped_columns` of a PostgreSQL sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DroppedColumnsConfig {
+    /// Keep the target column (made nullable).
+    #[default]
+    Keep,
+    /// Drop the target column too.
+    Drop,
 }
 
 /// One `[[sinks]]` entry.
@@ -392,6 +407,9 @@ pub enum SinkConfig {
         /// JSON shape.
         #[serde(default)]
         format: Format,
+        /// Write schema-change events in the Debezium format too.
+        #[serde(default)]
+        schema_changes: bool,
     },
     /// JSON lines in size-rotated files.
     File {
@@ -403,6 +421,9 @@ pub enum SinkConfig {
         /// JSON shape.
         #[serde(default)]
         format: Format,
+        /// Write schema-change events in the Debezium format too.
+        #[serde(default)]
+        schema_changes: bool,
     },
     /// Applied to tables of a PostgreSQL database (same names).
     Postgres {
@@ -428,6 +449,10 @@ pub enum SinkConfig {
         /// tables not listed go to the same name on the target.
         #[serde(default)]
         tables: std::collections::BTreeMap<String, String>,
+        /// What a source `DROP COLUMN` does to the target column: `keep`
+        /// (default; made nullable) or `drop`.
+        #[serde(default)]
+        dropped_columns: DroppedColumnsConfig,
     },
     /// Discards events (benchmarks).
     Null,

@@ -78,6 +78,9 @@ pub(crate) struct Coordinator {
     /// Snapshot progress the next capture records (carried over from the
     /// resumed checkpoint until the pipeline sets it).
     snapshot: Option<SnapshotProgress>,
+    /// The relation versions the next capture records (carried over from
+    /// the resumed checkpoint until the pipeline sets them).
+    relations: Vec<checkpoint_api::RelationVersion>,
     /// Checkpoints are committed by a sink, in its own transaction, instead
     /// of saved through the store.
     in_sink: bool,
@@ -135,6 +138,11 @@ impl Coordinator {
             saving: None,
             stats: CheckpointStats::default(),
             snapshot: opts.resume.as_ref().and_then(|c| c.snapshot.clone()),
+            relations: opts
+                .resume
+                .as_ref()
+                .map(|c| c.relations.clone())
+                .unwrap_or_default(),
             in_sink: false,
             summary: SaveSummary::default(),
             opts,
@@ -150,6 +158,12 @@ impl Coordinator {
 
     pub(crate) fn commits_in_sink(&self) -> bool {
         self.in_sink
+    }
+
+    /// The schema of every relation as of the next capture's position,
+    /// recorded by it.
+    pub(crate) fn set_relations(&mut self, relations: Vec<checkpoint_api::RelationVersion>) {
+        self.relations = relations;
     }
 
     /// The initial snapshot's progress, recorded by the next capture.
@@ -248,6 +262,7 @@ impl Coordinator {
         );
         checkpoint.operators = states;
         checkpoint.snapshot = self.snapshot.clone();
+        checkpoint.relations = self.relations.clone();
         checkpoint.config_fingerprint = self.opts.config_fingerprint.clone();
         self.next_id = self.next_id.next().unwrap_or(self.next_id);
         if self.in_sink {

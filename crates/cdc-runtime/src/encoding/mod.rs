@@ -63,6 +63,7 @@
 //! event has `"message":{"transactional":…,"prefix":…,"content":<base64>}`.
 
 mod json;
+mod schema;
 mod value;
 
 use std::sync::Arc;
@@ -82,6 +83,10 @@ pub struct DebeziumOptions {
     pub name: String,
     /// `source.version`: the Debezium version consumers should assume.
     pub version: String,
+    /// Writes schema-change events (off by default: Debezium's PostgreSQL
+    /// connector emits none, so its consumers do not expect them). See
+    /// the module docs for their shape.
+    pub schema_changes: bool,
 }
 
 impl Default for DebeziumOptions {
@@ -89,6 +94,7 @@ impl Default for DebeziumOptions {
         DebeziumOptions {
             name: "pgcdc".to_owned(),
             version: "2.7.0.Final".to_owned(),
+            schema_changes: false,
         }
     }
 }
@@ -108,7 +114,7 @@ pub enum JsonFormat {
 /// use cdc_runtime::encoding::{JsonEncoder, JsonFormat};
 /// # use cdc_runtime::event::{ChangeEvent, Operation, SourceInfo};
 /// # let event = ChangeEvent { op: Operation::Message, table: None, before: None, after: None,
-/// #   message: Some(cdc_runtime::event::MessagePayload { transactional: false, prefix: "p".into(), content: b"hi".to_vec() }),
+/// #   message: Some(cdc_runtime::event::MessagePayload { transactional: false, prefix: "p".into(), content: b"hi".to_vec() }), schema_change: None,
 /// #   source: SourceInfo { commit_lsn: cdc_core::Lsn::from_u64(1), lsn: cdc_core::Lsn::from_u64(1), xid: 0,
 /// #     commit_time: None, database: "db".into(), slot: "s".into() }, index: 0 };
 /// let encoder = JsonEncoder::new(JsonFormat::Plain);
@@ -146,10 +152,26 @@ impl JsonEncoder {
         &self.format
     }
 
-    /// Appends `event` as one JSON object followed by `\n`.
+    /// Appends `event` as one JSON object followed by `\n` (nothing for an
+    /// event the format leaves out, see [`writes`](Self::writes)).
     pub fn encode_line(&self, event: &ChangeEvent, out: &mut Vec<u8>) {
+        if !self.writes(event) {
+            return;
+        }
         self.encode_at(event, self.now_ms(), out);
         out.push(b'\n');
+    }
+
+    /// Whether this format writes `event`: the Debezium format leaves
+    /// schema-change events out unless
+    /// [`DebeziumOptions::schema_changes`] is set.
+    pub fn writes(&self, event: &ChangeEvent) -> bool {
+        match &self.format {
+            JsonFormat::Debezium(opts) => {
+                event.op != Operation::SchemaChange || opts.schema_changes
+            }
+            JsonFormat::Plain => true,
+        }
     }
 
     /// Appends every event of `events` as a JSON line, with one processing
@@ -179,6 +201,9 @@ impl JsonEncoder {
     /// Like [`encode_line`](Self::encode_line) with the processing time
     /// given (see [`now_ms`](Self::now_ms)).
     pub fn encode_line_at(&self, event: &ChangeEvent, now_ms: i64, out: &mut Vec<u8>) {
+        if !self.writes(event) {
+            return;
+        }
         self.encode_at(event, now_ms, out);
         out.push(b'\n');
     }
@@ -203,6 +228,9 @@ impl JsonEncoder {
     /// top-level `ts_ms`) given, for reproducible output.
     pub fn encode_at(&self, event: &ChangeEvent, now_ms: i64, out: &mut Vec<u8>) {
         match &self.format {
+            JsonFormat::Debezium(_) if event.op == Operation::SchemaChange => {
+                schema::debezium_schema_change(event, &self.source_head, now_ms, out);
+            }
             JsonFormat::Debezium(_) => debezium(event, &self.source_head, now_ms, out),
             JsonFormat::Plain => plain(event, out),
         }
@@ -226,8 +254,13 @@ impl LineEncoder<'_> {
 
     /// Appends `event` as one JSON object followed by `\n`.
     pub fn encode_line(&mut self, event: &ChangeEvent, out: &mut Vec<u8>) {
+        if !self.encoder.writes(event) {
+            return;
+        }
         match (&self.encoder.format, event.table.as_ref()) {
-            (JsonFormat::Debezium(_), Some(table)) if event.op != Operation::Message => {
+            (JsonFormat::Debezium(_), Some(table))
+                if !matches!(event.op, Operation::Message | Operation::SchemaChange) =>
+            {
                 self.envelope
                     .prepare(event, table, &self.encoder.source_head, self.now_ms);
                 self.envelope.write(event, out);
@@ -565,6 +598,9 @@ fn plain(ev: &ChangeEvent, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
+    }
+    if let Some(change) = &ev.schema_change {
+        schema::plain_schema_change(out, table, change);
     }
     if let Some(m) = &ev.message {
         out.extend_from_slice(b",\"message\":{\"transactional\":");

@@ -7,7 +7,7 @@ use cdc_core::{decode_text, types, Lsn, Oid, PgTimestamp, Value};
 use serde_json::{json, Value as Json};
 
 use super::*;
-use crate::event::{ColumnSchema, MessagePayload, SourceInfo};
+use crate::event::{ColumnSchema, MessagePayload, SchemaChange, SourceInfo};
 
 fn col(name: &str, type_oid: Oid, typmod: i32, is_key: bool) -> ColumnSchema {
     ColumnSchema {
@@ -50,6 +50,7 @@ fn event(
         before: before.map(Row::from_values),
         after: after.map(Row::from_values),
         message: None,
+        schema_change: None,
         source: source(),
         index: 3,
     }
@@ -71,6 +72,7 @@ fn debezium_encoder() -> JsonEncoder {
     JsonEncoder::new(JsonFormat::Debezium(DebeziumOptions {
         name: "app".into(),
         version: "2.7.0.Final".into(),
+        schema_changes: false,
     }))
 }
 
@@ -180,6 +182,7 @@ fn message_op() {
             prefix: "audit".into(),
             content: b"\x00\x01\xfehello".to_vec(),
         }),
+        schema_change: None,
         source: source(),
         index: 0,
     };
@@ -744,4 +747,83 @@ fn rows_as_sent_encode_like_decoded_rows() {
         };
         assert_eq!(bytes(&as_sent), bytes(&as_values));
     }
+}
+
+/// `public.t` after `ALTER TABLE t RENAME COLUMN doc TO body, ADD COLUMN n int8`.
+fn schema_change_event() -> ChangeEvent {
+    let previous = simple_table();
+    let table = Arc::new(TableSchema {
+        oid: 1,
+        schema: "public".into(),
+        table: "t".into(),
+        columns: vec![
+            col("id", types::INT4, -1, true),
+            col("body", types::TEXT, -1, false),
+            col("n", types::INT8, -1, false),
+        ],
+    });
+    let change = SchemaChange::between(&previous, &table).unwrap();
+    ChangeEvent {
+        schema_change: Some(Arc::new(change)),
+        ..event(Operation::SchemaChange, &table, None, None)
+    }
+}
+
+#[test]
+fn plain_schema_change_event() {
+    let got = encode(&JsonEncoder::new(JsonFormat::Plain), &schema_change_event());
+    let column = |name: &str, ty: &str, oid: u32, key: bool| json!({"name": name, "type": ty, "type_oid": oid, "type_modifier": -1, "key": key});
+    assert_eq!(
+        got,
+        json!({
+            "op": "schema_change", "schema": "public", "table": "t",
+            "commit_lsn": "0/200", "lsn": "0/100", "xid": 755,
+            "commit_time": "2023-11-14T22:13:20+00:00", "index": 3,
+            "before": null, "after": null,
+            "changes": [
+                {"kind": "rename_column", "from": "doc", "to": "body"},
+                {"kind": "add_column", "column": column("n", "int8", 20, false)},
+            ],
+            "columns": [
+                column("id", "int4", 23, true),
+                column("body", "text", 25, false),
+                column("n", "int8", 20, false),
+            ],
+        })
+    );
+}
+
+#[test]
+fn debezium_writes_schema_changes_only_when_asked() {
+    let ev = schema_change_event();
+    let mut buf = Vec::new();
+    debezium_encoder().encode_line(&ev, &mut buf);
+    debezium_encoder().encode_lines(std::slice::from_ref(&ev), &mut buf);
+    debezium_encoder().lines(0).encode_line(&ev, &mut buf);
+    assert!(buf.is_empty(), "off by default: Debezium emits none");
+
+    let enc = JsonEncoder::new(JsonFormat::Debezium(DebeziumOptions {
+        schema_changes: true,
+        ..DebeziumOptions::default()
+    }));
+    let mut line = Vec::new();
+    enc.lines(1_700_000_000_123).encode_line(&ev, &mut line);
+    assert_eq!(line.last(), Some(&b'\n'));
+    let got: Json = serde_json::from_slice(&line).unwrap();
+    assert_eq!(got["op"], "s");
+    assert_eq!(got["source"]["table"], "t");
+    assert_eq!(got["databaseName"], "appdb");
+    assert_eq!(got["schemaName"], "public");
+    assert_eq!(got["ddl"], Json::Null);
+    assert_eq!(got["transaction"]["total_order"], 4);
+    let table = &got["tableChanges"][0];
+    assert_eq!(table["type"], "ALTER");
+    assert_eq!(table["id"], "\"public\".\"t\"");
+    assert_eq!(table["table"]["primaryKeyColumnNames"], json!(["id"]));
+    assert_eq!(
+        table["table"]["columns"][2],
+        json!({"name": "n", "typeName": "int8", "position": 3})
+    );
+    assert_eq!(got["changes"][0]["kind"], "rename_column");
+    assert!(got.get("before").is_none());
 }

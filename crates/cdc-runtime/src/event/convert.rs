@@ -10,7 +10,10 @@ use cdc_core::{
 };
 
 use super::row::RowArena;
-use super::{ChangeEvent, MessagePayload, Operation, Row, RowValues, SourceInfo, TableSchema};
+use super::{
+    ChangeEvent, ColumnSchema, MessagePayload, Operation, Row, RowValues, SchemaChange, SourceInfo,
+    TableSchema,
+};
 
 /// Why a transaction event could not be converted.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +80,17 @@ struct OpenTxn {
     next_index: u32,
 }
 
+/// A table's schema as the converter knows it.
+#[derive(Debug, Clone)]
+struct Known {
+    /// The Relation it was built from (`None` when restored from a
+    /// checkpoint, until the server sends it again).
+    relation: Option<Arc<Relation<'static>>>,
+    schema: Arc<TableSchema>,
+    /// The LSN of the first change decoded with it.
+    since: Lsn,
+}
+
 /// Converts the event stream of a [`TxnAssembler`](cdc_core::TxnAssembler)
 /// into [`ChangeEvent`]s.
 ///
@@ -84,6 +98,19 @@ struct OpenTxn {
 /// commit LSN, xid, time and the per-transaction event index) and caches one
 /// [`TableSchema`] per relation, rebuilt only when a new Relation message
 /// replaces the cached one, so events share column names.
+///
+/// # Schema changes
+///
+/// Each change is decoded with the Relation the server sent before it, so
+/// with the column set in force at its LSN. When that differs from the
+/// schema the table had (a column added, dropped, renamed or retyped, the
+/// table renamed), an [`Operation::SchemaChange`] event comes first. The
+/// versions a transaction brings in become the table's known schema at its
+/// commit; [`reset`](Self::reset) forgets those of the open transaction, so
+/// the server's replay of it compares with the schema before it.
+/// [`relation_versions`](Self::relation_versions) and
+/// [`restore_relations`](Self::restore_relations) carry the known schemas
+/// (with the LSN each took effect at) through a checkpoint.
 ///
 /// ```
 /// use cdc_core::pgoutput::{Column, Insert, Relation, ReplicaIdentity};
@@ -115,7 +142,10 @@ pub struct EventConverter {
     database: Arc<str>,
     slot: Arc<str>,
     open: Option<OpenTxn>,
-    schemas: HashMap<Oid, (Arc<Relation<'static>>, Arc<TableSchema>)>,
+    /// The schema of every table as of the last commit.
+    schemas: HashMap<Oid, Known>,
+    /// Schemas the open transaction brought in.
+    open_schemas: HashMap<Oid, Known>,
     /// The entry of `schemas` used last: consecutive changes are mostly of
     /// one table, so they skip the hash lookup.
     last: Option<(Arc<Relation<'static>>, Arc<TableSchema>)>,
@@ -131,14 +161,81 @@ impl EventConverter {
             slot: slot.into(),
             open: None,
             schemas: HashMap::new(),
+            open_schemas: HashMap::new(),
             last: None,
             arena: RowArena::default(),
         }
     }
 
-    /// Forgets the open transaction (after a reconnect: the server resends it).
+    /// Forgets the open transaction and the schemas it brought in (after a
+    /// reconnect: the server resends it).
     pub fn reset(&mut self) {
         self.open = None;
+        self.open_schemas.clear();
+        self.last = None;
+    }
+
+    /// The schema of every table as of the last commit, with the LSN of the
+    /// first change decoded with it, ordered by oid (for a checkpoint).
+    pub fn relation_versions(&self) -> Vec<checkpoint_api::RelationVersion> {
+        let mut out: Vec<_> = self
+            .schemas
+            .values()
+            .map(|k| checkpoint_api::RelationVersion {
+                oid: k.schema.oid,
+                lsn: k.since,
+                schema: k.schema.schema.to_string(),
+                name: k.schema.table.to_string(),
+                columns: k
+                    .schema
+                    .columns
+                    .iter()
+                    .map(|c| checkpoint_api::RelationColumn {
+                        name: c.name.to_string(),
+                        type_oid: c.type_oid,
+                        type_modifier: c.type_modifier,
+                        key: c.is_key,
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.sort_unstable_by_key(|r| r.oid);
+        out
+    }
+
+    /// Takes the schemas a checkpoint recorded as the known ones: the
+    /// Relation messages the server sends after the restart are compared
+    /// with them, so a change made after the checkpoint is reported once,
+    /// and none before it again.
+    pub fn restore_relations(&mut self, versions: &[checkpoint_api::RelationVersion]) {
+        self.last = None;
+        self.open_schemas.clear();
+        self.schemas.clear();
+        for v in versions {
+            let schema = TableSchema {
+                oid: v.oid,
+                schema: Arc::from(v.schema.as_str()),
+                table: Arc::from(v.name.as_str()),
+                columns: v
+                    .columns
+                    .iter()
+                    .map(|c| ColumnSchema {
+                        name: Arc::from(c.name.as_str()),
+                        type_oid: c.type_oid,
+                        type_modifier: c.type_modifier,
+                        is_key: c.key,
+                    })
+                    .collect(),
+            };
+            self.schemas.insert(
+                v.oid,
+                Known {
+                    relation: None,
+                    schema: Arc::new(schema),
+                    since: v.lsn,
+                },
+            );
+        }
     }
 
     /// The xid of the open transaction, if any.
@@ -254,6 +351,7 @@ impl EventConverter {
                 if self.open.take().is_none() {
                     return Err(ConvertError::NoTransaction { what: "Commit" });
                 }
+                self.schemas.extend(self.open_schemas.drain());
                 Ok(0)
             }
             TxnEvent::Origin(_) => Ok(0),
@@ -307,7 +405,7 @@ impl EventConverter {
         let start = out.len();
         match change {
             Change::Insert(rel, m) => {
-                let table = self.schema(rel);
+                let table = self.schema(rel, &source, out);
                 let after = decode_row(&mut self.arena, &table, &m.new)?;
                 out.push(row_event(
                     Operation::Create,
@@ -318,7 +416,7 @@ impl EventConverter {
                 ));
             }
             Change::Update(rel, m) => {
-                let table = self.schema(rel);
+                let table = self.schema(rel, &source, out);
                 let before = match &m.old {
                     Some(old) => Some(decode_row(&mut self.arena, &table, old.tuple())?),
                     None => None,
@@ -333,7 +431,7 @@ impl EventConverter {
                 ));
             }
             Change::Delete(rel, m) => {
-                let table = self.schema(rel);
+                let table = self.schema(rel, &source, out);
                 let before = decode_row(&mut self.arena, &table, m.old.tuple())?;
                 out.push(row_event(
                     Operation::Delete,
@@ -348,7 +446,8 @@ impl EventConverter {
                     let Some(rel) = relations.relation(oid) else {
                         return Err(ConvertError::UnknownRelation { oid });
                     };
-                    let table = self.schema(rel);
+                    let rel = rel.clone();
+                    let table = self.schema(&rel, &source, out);
                     out.push(row_event(
                         Operation::Truncate,
                         table,
@@ -381,24 +480,58 @@ impl EventConverter {
         Ok(out.len() - start)
     }
 
-    /// The shared schema of `rel`, rebuilt only when the relation changed.
-    fn schema(&mut self, rel: &Arc<Relation<'static>>) -> Arc<TableSchema> {
+    /// The shared schema of `rel`, rebuilt only when the relation changed;
+    /// a schema-change event goes to `out` first when it differs from the
+    /// table's known schema.
+    fn schema(
+        &mut self,
+        rel: &Arc<Relation<'static>>,
+        source: &SourceInfo,
+        out: &mut Vec<ChangeEvent>,
+    ) -> Arc<TableSchema> {
         if let Some((cached, schema)) = &self.last {
             if Arc::ptr_eq(cached, rel) {
                 return schema.clone();
             }
         }
-        let schema = match self.schemas.get_mut(&rel.oid) {
-            Some((cached, schema)) if Arc::ptr_eq(cached, rel) || **cached == **rel => {
+        let known = match self.open_schemas.get_mut(&rel.oid) {
+            Some(k) => Some(k),
+            None => self.schemas.get_mut(&rel.oid),
+        };
+        let schema = match known {
+            Some(k)
+                if k.relation.as_ref().is_some_and(|r| Arc::ptr_eq(r, rel))
+                    || k.schema.describes(rel) =>
+            {
                 // The server sent the same relation again (as it does for
-                // every streamed block): remember this copy, so the next
-                // changes compare pointers only.
-                *cached = rel.clone();
-                schema.clone()
+                // every streamed block and session): remember this copy, so
+                // the next changes compare pointers only.
+                k.relation = Some(rel.clone());
+                k.schema.clone()
             }
-            _ => {
+            known => {
+                let previous = known.map(|k| k.schema.clone());
                 let schema = Arc::new(TableSchema::from_relation(rel));
-                self.schemas.insert(rel.oid, (rel.clone(), schema.clone()));
+                if let Some(change) = previous.and_then(|p| SchemaChange::between(&p, &schema)) {
+                    out.push(ChangeEvent {
+                        op: Operation::SchemaChange,
+                        table: Some(schema.clone()),
+                        before: None,
+                        after: None,
+                        message: None,
+                        schema_change: Some(Arc::new(change)),
+                        source: source.clone(),
+                        index: 0,
+                    });
+                }
+                self.open_schemas.insert(
+                    rel.oid,
+                    Known {
+                        relation: Some(rel.clone()),
+                        schema: schema.clone(),
+                        since: source.lsn,
+                    },
+                );
                 schema
             }
         };
@@ -420,6 +553,7 @@ fn row_event(
         before,
         after,
         message: None,
+        schema_change: None,
         source,
         index: 0,
     }
@@ -474,6 +608,7 @@ fn message_event(
             prefix: m.prefix.to_string(),
             content: m.content.to_vec(),
         }),
+        schema_change: None,
         source,
         index: 0,
     }

@@ -21,6 +21,7 @@
 
 mod convert;
 mod row;
+mod schema_change;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub use row::Row;
 #[cfg(test)]
 pub(crate) use row::RowArena;
 pub(crate) use row::{decode_cell, Cell};
+pub use schema_change::{SchemaChange, SchemaChangeItem};
 
 /// What happened to the row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,10 +52,15 @@ pub enum Operation {
     Truncate,
     /// A logical decoding message (`pg_logical_emit_message`).
     Message,
+    /// The table's schema changed: the event's `table` is the new schema,
+    /// [`ChangeEvent::schema_change`] says what changed.
+    SchemaChange,
 }
 
 impl Operation {
-    /// Debezium's one-letter `op` code: `r`, `c`, `u`, `d`, `t`, `m`.
+    /// Debezium's one-letter `op` code: `r`, `c`, `u`, `d`, `t`, `m`
+    /// (and `s` for a schema change, which Debezium's PostgreSQL connector
+    /// does not emit).
     pub const fn debezium_code(self) -> &'static str {
         match self {
             Operation::Read => "r",
@@ -62,10 +69,12 @@ impl Operation {
             Operation::Delete => "d",
             Operation::Truncate => "t",
             Operation::Message => "m",
+            Operation::SchemaChange => "s",
         }
     }
 
-    /// A lower-case word: `read`, `insert`, `update`, `delete`, `truncate`, `message`.
+    /// A lower-case word: `read`, `insert`, `update`, `delete`, `truncate`,
+    /// `message`, `schema_change`.
     pub const fn name(self) -> &'static str {
         match self {
             Operation::Read => "read",
@@ -74,6 +83,7 @@ impl Operation {
             Operation::Delete => "delete",
             Operation::Truncate => "truncate",
             Operation::Message => "message",
+            Operation::SchemaChange => "schema_change",
         }
     }
 }
@@ -124,6 +134,21 @@ impl TableSchema {
                 })
                 .collect(),
         }
+    }
+
+    /// Whether `relation` describes this schema (same names, columns, types
+    /// and key flags).
+    pub fn describes(&self, rel: &cdc_core::pgoutput::Relation<'_>) -> bool {
+        self.oid == rel.oid
+            && *self.schema == *rel.namespace
+            && *self.table == *rel.name
+            && self.columns.len() == rel.columns.len()
+            && self.columns.iter().zip(&rel.columns).all(|(a, b)| {
+                *a.name == *b.name
+                    && a.type_oid == b.type_oid
+                    && a.type_modifier == b.type_modifier
+                    && a.is_key == b.is_key()
+            })
     }
 
     /// Index of the column called `name`.
@@ -183,6 +208,8 @@ pub struct ChangeEvent {
     pub after: Option<Row>,
     /// The message of an [`Operation::Message`] event.
     pub message: Option<MessagePayload>,
+    /// What changed, for an [`Operation::SchemaChange`] event.
+    pub schema_change: Option<Arc<SchemaChange>>,
     /// Source position and names.
     pub source: SourceInfo,
     /// Position of the event within its transaction, from 0.

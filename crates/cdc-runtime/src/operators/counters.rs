@@ -132,7 +132,7 @@ impl Operator for TableCounters {
             Operation::Update => c.updates += 1,
             Operation::Delete => c.deletes += 1,
             Operation::Truncate => c.truncates += 1,
-            Operation::Read | Operation::Message => {}
+            Operation::Read | Operation::Message | Operation::SchemaChange => {}
         }
         Ok(())
     }

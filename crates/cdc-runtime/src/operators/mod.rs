@@ -104,6 +104,19 @@ pub enum OperatorError {
         /// What is wrong.
         reason: String,
     },
+    /// A schema change took away something the operator needs (its table,
+    /// or a column it reads).
+    #[error("operator {operator}: {table}: {change}; the operator cannot continue. Fix: {fix}")]
+    SchemaChanged {
+        /// Operator id.
+        operator: String,
+        /// `schema.table` (its name before the change).
+        table: String,
+        /// What changed.
+        change: String,
+        /// What to do.
+        fix: String,
+    },
 }
 
 #[cfg(test)]

@@ -76,6 +76,7 @@ pub(crate) fn event_in(
         before: before.map(crate::event::Row::from_values),
         after: after.map(crate::event::Row::from_values),
         message: None,
+        schema_change: None,
         source: source(),
         index: 0,
     }

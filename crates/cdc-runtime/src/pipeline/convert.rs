@@ -138,6 +138,7 @@ impl Source<'_> {
                     if let Some(s) = &self.snapshot {
                         coord.set_snapshot(s.progress());
                     }
+                    coord.set_relations(self.converter.relation_versions());
                     let save = coord
                         .capture(c.end_lsn, c.end_lsn, &self.operators)
                         .map_err(PipelineError::Checkpoint)?;
@@ -169,6 +170,7 @@ impl Source<'_> {
                 if let Some(s) = &self.snapshot {
                     coord.set_snapshot(s.progress());
                 }
+                coord.set_relations(self.converter.relation_versions());
                 let save = coord
                     .capture(position, self.processed, &self.operators)
                     .map_err(PipelineError::Checkpoint)?;

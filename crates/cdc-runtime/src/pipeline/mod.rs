@@ -309,12 +309,18 @@ impl Pipeline {
             appeared: Default::default(),
             partitions,
         };
+        if let Some(resume) = shared.coordinator.as_ref().and_then(Coordinator::resume) {
+            // The schemas in force at the resumed position: the replay is
+            // compared with them, so no schema change is missed or repeated.
+            source.converter.restore_relations(&resume.relations);
+        }
         tokio::pin!(shutdown);
         let stream = source.stream(&mut shared, shutdown.as_mut()).await?;
         // Shutdown: the final checkpoint covers the last commit (operators
         // hold only committed state), or the idle position between
         // transactions.
         let final_position = source.final_position();
+        let relations = source.converter.relation_versions();
         let operators = std::mem::take(&mut source.operators);
         let snapshot_progress = source.snapshot.as_ref().map(Snapshot::progress);
         drop(source);
@@ -322,6 +328,7 @@ impl Pipeline {
             if let Some(p) = snapshot_progress.clone() {
                 c.set_snapshot(p);
             }
+            c.set_relations(relations);
         }
         shared
             .final_checkpoint_in_sink(final_position, &operators)

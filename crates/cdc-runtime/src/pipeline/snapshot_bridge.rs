@@ -161,6 +161,7 @@ impl Source<'_> {
                             before: None,
                             after: Some(crate::event::Row::from_values(row)),
                             message: None,
+                            schema_change: None,
                             source: ctx.source.clone(),
                             index: ctx.next_index,
                         });

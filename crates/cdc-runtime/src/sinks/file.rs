@@ -364,6 +364,7 @@ mod tests {
                     Value::Text("x".repeat(text_len).into()),
                 ])),
                 message: None,
+                schema_change: None,
                 source: SourceInfo {
                     commit_lsn: Lsn::from_u64(100),
                     lsn: Lsn::from_u64(100),

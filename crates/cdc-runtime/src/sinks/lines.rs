@@ -102,6 +102,7 @@ mod tests {
                 prefix: prefix.into(),
                 content: vec![1],
             }),
+            schema_change: None,
             source: SourceInfo {
                 commit_lsn: Lsn::from_u64(1),
                 lsn: Lsn::from_u64(1),

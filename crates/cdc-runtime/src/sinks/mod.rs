@@ -64,7 +64,7 @@ pub use file::{FileSink, FileSinkOptions};
 pub use lines::{JsonLinesSink, StdoutSink};
 pub use null::NullSink;
 pub use open::{open_sink, PostgresSinkOptions, SinkOptions};
-pub use postgres::{PgTableSink, PgTableSinkOptions, TableName};
+pub use postgres::{DroppedColumns, PgTableSink, PgTableSinkOptions, TableName};
 
 /// A destination for change events. See the [module docs](self) for the contract.
 #[async_trait::async_trait]
@@ -229,6 +229,19 @@ pub enum SinkError {
         #[source]
         source: Box<SinkError>,
     },
+    /// The target cannot follow a schema change of the source: which
+    /// table and change, why, and what to do.
+    #[error("cannot apply {change} of {table} to the target: {reason}. Fix: {fix}")]
+    SchemaChange {
+        /// `schema.table` of the target.
+        table: String,
+        /// The change (`add_column "c"`, ...).
+        change: String,
+        /// Why it cannot be applied.
+        reason: String,
+        /// What to do.
+        fix: String,
+    },
     /// The sink cannot [`reset`](Sink::reset) after an error.
     #[error("the sink cannot reset after an error")]
     ResetUnsupported,
@@ -268,6 +281,7 @@ impl SinkError {
             | SinkError::Config(_)
             | SinkError::Tls(_)
             | SinkError::ResetUnsupported
+            | SinkError::SchemaChange { .. }
             | SinkError::RetriesExhausted { .. } => Fault::Permanent,
         }
     }
@@ -316,6 +330,7 @@ mod tests {
             before: None,
             after: None,
             message: None,
+            schema_change: None,
             source: SourceInfo {
                 commit_lsn: "0/16B3748".parse().unwrap(),
                 lsn: cdc_core::Lsn::from_u64(1),

@@ -86,6 +86,7 @@ mod tests {
             before: None,
             after: None,
             message: None,
+            schema_change: None,
             source: crate::event::SourceInfo {
                 commit_lsn: cdc_core::Lsn::from_u64(1),
                 lsn: cdc_core::Lsn::from_u64(1),

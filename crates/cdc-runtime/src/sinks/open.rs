@@ -45,6 +45,8 @@ pub struct PostgresSinkOptions {
     pub commit_with_checkpoint: Option<bool>,
     /// Source table to target table, for tables whose target name differs.
     pub tables: Vec<(TableName, TableName)>,
+    /// What a source `DROP COLUMN` does to the target column.
+    pub dropped_columns: super::DroppedColumns,
 }
 
 impl PostgresSinkOptions {
@@ -56,6 +58,7 @@ impl PostgresSinkOptions {
             name: None,
             commit_with_checkpoint: None,
             tables: Vec::new(),
+            dropped_columns: super::DroppedColumns::Keep,
         }
     }
 }
@@ -68,6 +71,7 @@ impl std::fmt::Debug for PostgresSinkOptions {
             .field("name", &self.name)
             .field("commit_with_checkpoint", &self.commit_with_checkpoint)
             .field("tables", &self.tables)
+            .field("dropped_columns", &self.dropped_columns)
             .finish()
     }
 }
@@ -92,7 +96,10 @@ pub async fn open_sink(
                 .map_err(|e| format!("file sink: {e}"))?,
         ),
         SinkOptions::Postgres(pg) => {
-            let mut options = PgTableSinkOptions::default();
+            let mut options = PgTableSinkOptions {
+                dropped_columns: pg.dropped_columns,
+                ..PgTableSinkOptions::default()
+            };
             for (source, target) in &pg.tables {
                 options = options.map_table(source.clone(), target.clone());
             }

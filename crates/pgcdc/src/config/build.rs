@@ -13,7 +13,8 @@ use checkpoint_api::JobName;
 use checkpoint_pg::PgStoreConfig;
 
 use super::{
-    invalid, table_ref, CheckpointConfig, Config, ConfigFileError, SinkConfig, SourceConfig,
+    invalid, table_ref, CheckpointConfig, Config, ConfigFileError, DroppedColumnsConfig,
+    SinkConfig, SourceConfig,
 };
 
 impl Config {
@@ -111,19 +112,23 @@ impl SinkConfig {
     /// The typed sink settings.
     pub fn options(&self) -> Result<SinkOptions, ConfigFileError> {
         Ok(match self {
-            SinkConfig::Stdout { format } => SinkOptions::Stdout {
-                format: format.json_format(),
+            SinkConfig::Stdout {
+                format,
+                schema_changes,
+            } => SinkOptions::Stdout {
+                format: format.json_format(*schema_changes),
             },
             SinkConfig::File {
                 path,
                 max_file_bytes,
                 format,
+                schema_changes,
             } => SinkOptions::File {
                 options: FileSinkOptions {
                     path: path.clone(),
                     max_file_bytes: *max_file_bytes,
                 },
-                format: format.json_format(),
+                format: format.json_format(*schema_changes),
             },
             SinkConfig::Postgres {
                 url,
@@ -131,11 +136,16 @@ impl SinkConfig {
                 name,
                 commit_with_checkpoint,
                 tables,
+                dropped_columns,
             } => {
                 let mut pg = PostgresSinkOptions::new(url.expose());
                 pg.exactly_once = *exactly_once;
                 pg.name = name.clone();
                 pg.commit_with_checkpoint = *commit_with_checkpoint;
+                pg.dropped_columns = match dropped_columns {
+                    DroppedColumnsConfig::Keep => cdc_runtime::sinks::DroppedColumns::Keep,
+                    DroppedColumnsConfig::Drop => cdc_runtime::sinks::DroppedColumns::Drop,
+                };
                 for (source, target) in tables {
                     let parse = |t: &str| {
                         table_ref("sinks.tables", t).map(|t| TableName::new(t.schema, t.table))

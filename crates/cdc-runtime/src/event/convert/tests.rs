@@ -6,6 +6,7 @@ use cdc_core::pgoutput::{
 use cdc_core::{decode_text, types, TxnBegin, TxnCommit, TxnKind, Value};
 
 use super::*;
+use crate::event::SchemaChangeItem;
 
 fn relation(cache: &mut RelationCache, oid: Oid, name: &str) -> Arc<Relation<'static>> {
     cache.insert_relation(Relation {
@@ -292,5 +293,182 @@ fn a_committed_prepared_transaction_converts_like_any_other() {
         gid: "g".into(),
     });
     assert_eq!(conv.handle(&rollback, &cache, None, &mut out).unwrap(), 0);
+    assert_eq!(out.len(), 1);
+}
+
+/// A relation `t` (oid 20) with the given `(name, type)` columns, `id` the key.
+fn relation_with(
+    cache: &mut RelationCache,
+    name: &str,
+    cols: &[(&str, Oid)],
+) -> Arc<Relation<'static>> {
+    cache.insert_relation(Relation {
+        xid: None,
+        oid: 20,
+        namespace: "public".into(),
+        name: name.to_owned().into(),
+        replica_identity: ReplicaIdentity::Default,
+        columns: cols
+            .iter()
+            .map(|&(n, t)| Column {
+                flags: u8::from(n == "id"),
+                name: n.to_owned().into(),
+                type_oid: t,
+                type_modifier: -1,
+            })
+            .collect(),
+    })
+}
+
+fn insert_of(rel: &Arc<Relation<'static>>, values: &[&'static [u8]]) -> TxnEvent<'static> {
+    let vals: Vec<TupleValue<'static>> = values.iter().map(|v| TupleValue::Text(v)).collect();
+    TxnEvent::Change(Change::Insert(
+        rel.clone(),
+        Insert {
+            xid: None,
+            relation: rel.oid,
+            new: tuple(&vals),
+        },
+    ))
+}
+
+fn names(ev: &ChangeEvent) -> Vec<String> {
+    ev.table
+        .as_ref()
+        .map(|t| t.columns.iter().map(|c| c.name.to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_schema_change_between_changes_of_one_transaction_comes_first() {
+    let mut cache = RelationCache::new();
+    let v1 = relation_with(&mut cache, "t", &[("id", types::INT4), ("a", types::TEXT)]);
+    let v2 = relation_with(
+        &mut cache,
+        "t",
+        &[("id", types::INT4), ("a", types::TEXT), ("b", types::INT8)],
+    );
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    for ev in [
+        begin(9),
+        insert_of(&v1, &[b"1", b"x"]),
+        insert_of(&v2, &[b"2", b"y", b"7"]),
+        insert_of(&v2, &[b"3", b"z", b"8"]),
+        commit(9),
+    ] {
+        conv.handle(&ev, &cache, None, &mut out).unwrap();
+    }
+    let ops: Vec<Operation> = out.iter().map(|e| e.op).collect();
+    assert_eq!(
+        ops,
+        [
+            Operation::Create,
+            Operation::SchemaChange,
+            Operation::Create,
+            Operation::Create
+        ]
+    );
+    assert_eq!(
+        out.iter().map(|e| e.index).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+    let change = out[1].schema_change.as_ref().unwrap();
+    assert_eq!(names(&out[1]), ["id", "a", "b"]);
+    assert_eq!(change.previous.columns.len(), 2);
+    assert!(matches!(
+        &change.items[..],
+        [SchemaChangeItem::AddColumn { column }] if &*column.name == "b"
+    ));
+    assert_eq!(names(&out[0]), ["id", "a"]);
+    assert_eq!(
+        out[2].after_values().as_deref(),
+        Some(&[Value::Int4(2), Value::Text("y".into()), Value::Int8(7)][..])
+    );
+    let versions = conv.relation_versions();
+    assert_eq!(versions.len(), 1);
+    assert_eq!(versions[0].columns.len(), 3);
+}
+
+#[test]
+fn a_replayed_transaction_compares_with_the_schema_before_it() {
+    let mut cache = RelationCache::new();
+    let v1 = relation_with(&mut cache, "t", &[("id", types::INT4), ("a", types::TEXT)]);
+    let v2 = relation_with(&mut cache, "t", &[("id", types::INT4), ("b", types::TEXT)]);
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    for ev in [begin(1), insert_of(&v1, &[b"1", b"x"]), commit(1)] {
+        conv.handle(&ev, &cache, None, &mut out).unwrap();
+    }
+    // Transaction 2 renames a column, then the connection drops.
+    for ev in [begin(2), insert_of(&v2, &[b"2", b"y"])] {
+        conv.handle(&ev, &cache, None, &mut out).unwrap();
+    }
+    assert_eq!(out.len(), 3);
+    conv.reset();
+    out.clear();
+    // The server sends it again, announcing the old schema first.
+    let v1_again = relation_with(&mut cache, "t", &[("id", types::INT4), ("a", types::TEXT)]);
+    let v2_again = relation_with(&mut cache, "t", &[("id", types::INT4), ("b", types::TEXT)]);
+    for ev in [
+        begin(2),
+        insert_of(&v1_again, &[b"0", b"w"]),
+        insert_of(&v2_again, &[b"2", b"y"]),
+        commit(2),
+    ] {
+        conv.handle(&ev, &cache, None, &mut out).unwrap();
+    }
+    let ops: Vec<Operation> = out.iter().map(|e| e.op).collect();
+    assert_eq!(
+        ops,
+        [
+            Operation::Create,
+            Operation::SchemaChange,
+            Operation::Create
+        ],
+        "no change back to the old schema, one rename"
+    );
+    assert!(matches!(
+        &out[1].schema_change.as_ref().unwrap().items[..],
+        [SchemaChangeItem::RenameColumn { from, to }] if &**from == "a" && &**to == "b"
+    ));
+}
+
+#[test]
+fn restored_versions_decide_what_a_restart_reports() {
+    let mut cache = RelationCache::new();
+    let v1 = relation_with(&mut cache, "t", &[("id", types::INT4), ("a", types::TEXT)]);
+    let mut first = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    for ev in [begin(1), insert_of(&v1, &[b"1", b"x"]), commit(1)] {
+        first
+            .handle(&ev, &cache, Some(Lsn::from_u64(0x42)), &mut out)
+            .unwrap();
+    }
+    let saved = first.relation_versions();
+    assert_eq!(saved[0].lsn, Lsn::from_u64(0x42));
+
+    // A new process: the same schema again is no change, a new one is.
+    for (cols, expect) in [
+        (&[("id", types::INT4), ("a", types::TEXT)][..], 1),
+        (&[("id", types::INT4), ("a", types::INT8)][..], 2),
+    ] {
+        let mut cache = RelationCache::new();
+        let rel = relation_with(&mut cache, "t", cols);
+        let mut conv = EventConverter::new("db", "slot");
+        conv.restore_relations(&saved);
+        let mut out = Vec::new();
+        for ev in [begin(2), insert_of(&rel, &[b"2", b"5"]), commit(2)] {
+            conv.handle(&ev, &cache, None, &mut out).unwrap();
+        }
+        assert_eq!(out.len(), expect, "{cols:?}");
+    }
+    // Without restored versions a first sight is no change.
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    let rel = relation_with(&mut cache, "t", &[("id", types::INT4), ("a", types::INT8)]);
+    for ev in [begin(2), insert_of(&rel, &[b"2", b"5"]), commit(2)] {
+        conv.handle(&ev, &cache, None, &mut out).unwrap();
+    }
     assert_eq!(out.len(), 1);
 }

@@ -413,6 +413,7 @@ impl KeyedAggregate {
             before: before.map(crate::event::Row::from_values),
             after: after.map(crate::event::Row::from_values),
             message: None,
+            schema_change: None,
             source: commit.source.clone(),
             index,
         }

@@ -64,6 +64,9 @@ impl Operator for KeyedAggregate {
         let Some(table) = event.table.as_ref() else {
             return Ok(());
         };
+        if let Some(change) = &event.schema_change {
+            return self.check_schema_change(change, table);
+        }
         if !self.matches(table) {
             return Ok(());
         }
@@ -94,7 +97,7 @@ impl Operator for KeyedAggregate {
                 self.open.deltas.clear();
                 self.open.truncated = true;
             }
-            Operation::Message => {}
+            Operation::Message | Operation::SchemaChange => {}
         }
         Ok(())
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::super::OperatorError;
 use super::rows::{Row, RowId};
 use super::{Group, KeyedAggregate, Open};
-use crate::event::TableSchema;
+use crate::event::{SchemaChange, SchemaChangeItem, TableSchema};
 
 /// Where the columns the aggregate reads are in one table schema.
 #[derive(Debug)]
@@ -20,6 +20,74 @@ pub(super) struct Plan {
 }
 
 impl KeyedAggregate {
+    /// Refuses a schema change of its table that takes away the table (a
+    /// rename or drop), the grouping or summed column, or a row key column
+    /// (dropped, renamed, or retyped: remembered keys would no longer
+    /// match). Other changes need nothing: plans are per schema version.
+    pub(super) fn check_schema_change(
+        &self,
+        change: &SchemaChange,
+        table: &TableSchema,
+    ) -> Result<(), OperatorError> {
+        if !self.matches(&change.previous) {
+            return Ok(());
+        }
+        let refuse = |what: String, fix: &str| OperatorError::SchemaChanged {
+            operator: self.spec.id.clone(),
+            table: self.table_name(),
+            change: what,
+            fix: fix.to_owned(),
+        };
+        let mut needed: Vec<(&str, &str)> = vec![
+            (self.spec.key.as_str(), "grouping column"),
+            (self.spec.value.as_str(), "summed column"),
+        ];
+        if let Some(cols) = &self.committed.key_columns {
+            needed.extend(cols.iter().map(|c| (c.as_str(), "row key column")));
+        }
+        for item in &change.items {
+            match item {
+                SchemaChangeItem::RenameTable { .. } | SchemaChangeItem::DropTable => {
+                    return Err(refuse(
+                        format!("the table is now {}.{} ({})", table.schema, table.table, item.kind()),
+                        "point the operator's schema and table at the new name and start it again from a snapshot",
+                    ));
+                }
+                SchemaChangeItem::DropColumn { column } => {
+                    if let Some((_, role)) = needed.iter().find(|(n, _)| *n == &*column.name) {
+                        return Err(refuse(
+                            format!("its {role} {:?} was dropped", &*column.name),
+                            "configure the operator with a column the table still has and start it again from a snapshot",
+                        ));
+                    }
+                }
+                SchemaChangeItem::RenameColumn { from, to } => {
+                    if let Some((_, role)) = needed.iter().find(|(n, _)| *n == &**from) {
+                        return Err(refuse(
+                            format!("its {role} {:?} was renamed to {:?}", &**from, &**to),
+                            "configure the operator with the new column name and start it again from a snapshot",
+                        ));
+                    }
+                }
+                SchemaChangeItem::AlterColumnType { column, .. } => {
+                    // The summed column may change between integer types;
+                    // keys are remembered encoded by type.
+                    let keyed = needed
+                        .iter()
+                        .find(|(n, role)| *n == &**column && *role != "summed column");
+                    if let Some((_, role)) = keyed {
+                        return Err(refuse(
+                            format!("the type of its {role} {:?} changed", &**column),
+                            "start the operator again from a snapshot (its remembered keys have the old type)",
+                        ));
+                    }
+                }
+                SchemaChangeItem::AddColumn { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
     /// The column positions for `table`, re-keying the remembered rows if
     /// its key columns are fewer than the ones used so far.
     pub(super) fn plan(

@@ -520,3 +520,64 @@ fn a_sum_that_overflows_on_the_way_comes_back_exact() {
         Value::Numeric(Numeric::parse(big).unwrap().into_owned())
     );
 }
+
+/// A schema-change event of `public.orders` to `table` (from the usual schema).
+fn schema_change_to(table: crate::event::TableSchema) -> ChangeEvent {
+    let previous = super::super::tests::orders();
+    let table = std::sync::Arc::new(table);
+    let change = crate::event::SchemaChange::between(&previous, &table).unwrap();
+    ChangeEvent {
+        schema_change: Some(std::sync::Arc::new(change)),
+        ..event_in(table, Operation::SchemaChange, None, None)
+    }
+}
+
+#[test]
+fn a_schema_change_taking_a_needed_column_or_the_table_is_refused() {
+    let base = (*super::super::tests::orders()).clone();
+    let with = |f: &dyn Fn(&mut crate::event::TableSchema)| {
+        let mut t = base.clone();
+        f(&mut t);
+        t
+    };
+    let cases: Vec<(crate::event::TableSchema, &str)> = vec![
+        (
+            with(&|t| {
+                t.columns.remove(1);
+            }),
+            "grouping column \"customer\" was dropped",
+        ),
+        (
+            with(&|t| t.columns[2].name = "total".into()),
+            "summed column \"amount\" was renamed to \"total\"",
+        ),
+        (
+            with(&|t| t.table = "orders_old".into()),
+            "the table is now public.orders_old",
+        ),
+        (
+            with(&|t| t.columns[1].type_oid = cdc_core::types::INT8),
+            "type of its grouping column",
+        ),
+    ];
+    for (table, expected) in cases {
+        let mut a = aggregate();
+        on(&mut a, insert(row(1, 10, "5")));
+        let err = a.on_event(&schema_change_to(table)).unwrap_err();
+        assert!(matches!(err, OperatorError::SchemaChanged { .. }), "{err}");
+        assert!(err.to_string().contains(expected), "{err}");
+        assert!(err.to_string().contains("Fix:"), "{err}");
+    }
+    // Adding a column, or retyping the summed one, is fine.
+    let mut a = aggregate();
+    on(&mut a, insert(row(1, 10, "5")));
+    let mut t = base.clone();
+    t.columns.push(crate::event::ColumnSchema {
+        name: "note".into(),
+        type_oid: cdc_core::types::TEXT,
+        type_modifier: -1,
+        is_key: false,
+    });
+    t.columns[2].type_oid = cdc_core::types::INT8;
+    a.on_event(&schema_change_to(t)).unwrap();
+}

@@ -146,6 +146,7 @@ fn ev(id: u32) -> ChangeEvent {
         before: None,
         after: None,
         message: None,
+        schema_change: None,
         source: SourceInfo {
             commit_lsn: Lsn::from_u64(1),
             lsn: Lsn::from_u64(1),

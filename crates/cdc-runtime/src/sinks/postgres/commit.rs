@@ -49,22 +49,36 @@ impl PgTableSink {
         Ok(meta)
     }
 
-    /// Runs `ops` in order, pipelined: in a transaction of their own, or
-    /// when checkpoints are committed with the writes, in the open one. On
-    /// an error, the index of the statement that failed, if one did.
+    /// Opens the transaction of a write: its own, or when checkpoints are
+    /// committed with the writes, the one that lasts until the next
+    /// checkpoint (if not open yet).
+    pub(super) async fn begin(&mut self) -> Result<(), SinkError> {
+        let client = self.client.as_ref().ok_or(SinkError::Closed)?;
+        if self.checkpoints.is_none() || !self.open {
+            client.batch_execute("BEGIN").await?;
+            self.open = true;
+        }
+        Ok(())
+    }
+
+    /// Ends the transaction of a write: commits it unless checkpoints are
+    /// committed with the writes.
+    pub(super) async fn end(&mut self) -> Result<(), SinkError> {
+        let client = self.client.as_ref().ok_or(SinkError::Closed)?;
+        if self.checkpoints.is_none() {
+            self.open = false;
+            client.batch_execute("COMMIT").await?;
+        }
+        Ok(())
+    }
+
+    /// Runs `ops` in order, pipelined, in the transaction [`begin`](Self::begin)
+    /// opened. On an error, the index of the statement that failed, if one did.
     pub(super) async fn execute(
         &mut self,
         ops: &[(String, Vec<TextParam>)],
     ) -> Result<(), (Option<usize>, SinkError)> {
         let client = self.client.as_ref().ok_or((None, SinkError::Closed))?;
-        let own_transaction = self.checkpoints.is_none();
-        if own_transaction || !self.open {
-            client
-                .batch_execute("BEGIN")
-                .await
-                .map_err(|e| (None, e.into()))?;
-            self.open = true;
-        }
         for (i, (sql, _)) in ops.iter().enumerate() {
             if !self.statements.contains_key(sql) {
                 let stmt = client.prepare(sql).await.map_err(|e| (Some(i), e.into()))?;
@@ -91,13 +105,6 @@ impl PgTableSink {
                 .map_err(move |e| (Some(i), SinkError::from(e)))
         }))
         .await?;
-        if own_transaction {
-            self.open = false;
-            client
-                .batch_execute("COMMIT")
-                .await
-                .map_err(|e| (None, e.into()))?;
-        }
         Ok(())
     }
 }

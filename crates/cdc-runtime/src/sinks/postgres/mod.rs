@@ -16,6 +16,7 @@ use crate::tls_connect::PgClientSettings;
 use super::{Sink, SinkError};
 
 mod commit;
+mod ddl;
 mod statements;
 mod text;
 
@@ -63,6 +64,20 @@ pub struct PgTableSinkOptions {
     /// it applied (table `pgcdc.sink_progress` on the target). Events at or
     /// before it are skipped, so a replay after a crash applies nothing twice.
     pub progress: Option<String>,
+    /// What a `DROP COLUMN` on the source does to the target column.
+    pub dropped_columns: DroppedColumns,
+}
+
+/// What the PostgreSQL sink does with a target column whose source column
+/// was dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DroppedColumns {
+    /// Keep the column and its values; it loses its `NOT NULL` constraint,
+    /// since new rows have no value for it.
+    #[default]
+    Keep,
+    /// Drop the column on the target too.
+    Drop,
 }
 
 impl PgTableSinkOptions {
@@ -94,6 +109,12 @@ impl PgTableSinkOptions {
 ///   so the target keeps its value. An update that changed the key first
 ///   deletes the row under the old key.
 /// * Delete: `DELETE … WHERE key = …`. Truncate: `TRUNCATE`. Messages are ignored.
+/// * Schema change: the target table follows in the same transaction (see
+///   [`ddl`](self) and the README's Schema changes section): added columns
+///   are added, renamed columns and tables renamed, a type change applied
+///   with a cast (`USING col::type`), a dropped column kept or dropped as
+///   [`PgTableSinkOptions::dropped_columns`] says. A change the target
+///   cannot follow stops the sink with [`SinkError::SchemaChange`].
 /// * One transaction per [`write`](Sink::write); the statements of a batch are
 ///   prepared once per shape and pipelined. A write that returns `Ok` is
 ///   committed, so [`flush`](Sink::flush) has nothing left to do.
@@ -251,7 +272,7 @@ impl PgTableSink {
     }
 
     /// Looks up (once) the primary key of every target table in `batch`.
-    async fn learn_target_keys(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
+    async fn learn_target_keys(&mut self, batch: &[&ChangeEvent]) -> Result<(), SinkError> {
         for ev in batch {
             let Some(table) = ev.table.as_deref() else {
                 continue;
@@ -350,6 +371,59 @@ impl PgTableSink {
         Ok(keys)
     }
 
+    /// Applies `events` in one transaction (the open one when checkpoints
+    /// are committed with the writes), with `progress` as the last
+    /// statement: row changes pipelined in runs, a schema change between
+    /// two runs. On an error, the event that failed, if known.
+    async fn apply<'e>(
+        &mut self,
+        events: &[&'e ChangeEvent],
+        progress: Option<(String, Vec<TextParam>)>,
+    ) -> Result<(), (Option<&'e ChangeEvent>, SinkError)> {
+        self.begin().await.map_err(|e| (None, e))?;
+        let mut progress = progress;
+        let mut start = 0;
+        for (i, ev) in events.iter().enumerate() {
+            if ev.op != Operation::SchemaChange {
+                continue;
+            }
+            let run = events.get(start..i).unwrap_or_default();
+            self.run_dml(run, None).await?;
+            self.follow_schema_change(ev)
+                .await
+                .map_err(|e| (Some(*ev), e))?;
+            start = i + 1;
+        }
+        let run = events.get(start..).unwrap_or_default();
+        self.run_dml(run, progress.take()).await?;
+        self.end().await.map_err(|e| (None, e))
+    }
+
+    /// Plans and runs the row changes of `events`, then `extra`.
+    async fn run_dml<'e>(
+        &mut self,
+        events: &[&'e ChangeEvent],
+        extra: Option<(String, Vec<TextParam>)>,
+    ) -> Result<(), (Option<&'e ChangeEvent>, SinkError)> {
+        self.learn_target_keys(events)
+            .await
+            .map_err(|e| (None, e))?;
+        let mut ops = Vec::new();
+        // The event each statement applies (none for the progress row).
+        let mut owners: Vec<Option<&ChangeEvent>> = Vec::new();
+        for ev in events {
+            self.plan(ev, &mut ops).map_err(|e| (Some(*ev), e))?;
+            owners.resize(ops.len(), Some(*ev));
+        }
+        ops.extend(extra);
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.execute(&ops)
+            .await
+            .map_err(|(failed, e)| (failed.and_then(|i| owners.get(i).copied().flatten()), e))
+    }
+
     /// The statements (SQL, text parameters) that apply `ev`.
     fn plan(
         &self,
@@ -361,7 +435,7 @@ impl PgTableSink {
         };
         let target = self.target(table).quoted();
         match ev.op {
-            Operation::Message => {}
+            Operation::Message | Operation::SchemaChange => {}
             Operation::Truncate => ops.push((format!("TRUNCATE {target}"), Vec::new())),
             Operation::Delete => {
                 let before = ev
@@ -399,47 +473,37 @@ impl Sink for PgTableSink {
         if self.client.is_none() {
             return Err(SinkError::Closed);
         }
-        self.learn_target_keys(batch).await?;
         let applied = self.load_progress().await?;
         // Exactly-once: what a previous write already committed is skipped.
-        let fresh = |ev: &&ChangeEvent| match applied {
-            Some(pos) => (ev.source.commit_lsn, ev.index) > pos,
-            None => true,
+        let fresh: Vec<&ChangeEvent> = batch
+            .iter()
+            .filter(|ev| match applied {
+                Some(pos) => (ev.source.commit_lsn, ev.index) > pos,
+                None => true,
+            })
+            .collect();
+        let Some(last) = fresh.last().map(|ev| (ev.source.commit_lsn, ev.index)) else {
+            return Ok(());
         };
-        let mut ops = Vec::new();
-        // The event each statement applies (none for the progress row).
-        let mut owners: Vec<Option<&ChangeEvent>> = Vec::new();
-        let mut last = None;
-        for ev in batch.iter().filter(fresh) {
-            self.plan(ev, &mut ops).map_err(|e| e.at(ev))?;
-            owners.resize(ops.len(), Some(ev));
-            last = Some((ev.source.commit_lsn, ev.index));
-        }
-        if let (Some(name), Some((lsn, index))) = (&self.options.progress, last) {
-            ops.push((
+        let progress = self.options.progress.clone().map(|name| {
+            (
                 PROGRESS_UPSERT.to_owned(),
                 vec![
-                    TextParam(Some(name.clone())),
-                    TextParam(Some(lsn.to_string())),
-                    TextParam(Some(index.to_string())),
+                    TextParam(Some(name)),
+                    TextParam(Some(last.0.to_string())),
+                    TextParam(Some(last.1.to_string())),
                 ],
-            ));
-        }
-        if ops.is_empty() {
-            return Ok(());
-        }
-        let applied = self.execute(&ops).await;
-        if let Err((failed, e)) = applied {
+            )
+        });
+        if let Err((ev, e)) = self.apply(&fresh, progress).await {
             self.abandon().await;
-            return Err(
-                match failed.and_then(|i| owners.get(i).copied().flatten()) {
-                    Some(ev) => e.at(ev),
-                    None => e,
-                },
-            );
+            return Err(match ev {
+                Some(ev) => e.at(ev),
+                None => e,
+            });
         }
-        if self.options.progress.is_some() && last.is_some() {
-            self.applied = Some(last);
+        if self.options.progress.is_some() {
+            self.applied = Some(Some(last));
         }
         Ok(())
     }

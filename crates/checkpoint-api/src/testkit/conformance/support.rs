@@ -11,8 +11,9 @@ use cdc_core::Lsn;
 use super::{Failure, StoreFactory};
 use crate::error::{CheckpointError, NotFound};
 use crate::model::{
-    Checkpoint, CheckpointId, JobName, OperatorState, ProtocolOptions, SinkPosition,
-    SnapshotProgress, SourcePosition, StreamingMode, TableCursor, TableDone, TableRef, Timestamp,
+    Checkpoint, CheckpointId, JobName, OperatorState, ProtocolOptions, RelationColumn,
+    RelationVersion, SinkPosition, SnapshotProgress, SourcePosition, StreamingMode, TableCursor,
+    TableDone, TableRef, Timestamp,
 };
 use crate::store::{CheckpointMeta, CheckpointStore, Lease, OwnerId};
 
@@ -164,6 +165,26 @@ pub fn sample_checkpoint(job: &JobName, id: CheckpointId, lsn: Lsn) -> Checkpoin
         sinks: vec![SinkPosition {
             sink_id: "kafka".into(),
             position: Bytes::from(format!("offset={n}").into_bytes()),
+        }],
+        relations: vec![RelationVersion {
+            oid: 16_384,
+            lsn,
+            schema: "public".into(),
+            name: "customers".into(),
+            columns: vec![
+                RelationColumn {
+                    name: "id".into(),
+                    type_oid: 20,
+                    type_modifier: -1,
+                    key: true,
+                },
+                RelationColumn {
+                    name: "name".into(),
+                    type_oid: 1043,
+                    type_modifier: 68,
+                    key: false,
+                },
+            ],
         }],
     }
 }
