@@ -11,8 +11,10 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod support;
 
 pub use cli::{pgcdc_binary, run_pgcdc, Pgcdc};
+pub use support::{kill_and_wait, snapshot_progress, TempDir};
 /// The harness's error: [`throwaway_pg::Error`].
 pub use throwaway_pg::Error as HarnessError;
 pub use throwaway_pg::*;

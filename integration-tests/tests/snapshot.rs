@@ -6,14 +6,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use checkpoint_api::{CheckpointStore, JobName, SnapshotProgress};
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
-use integration_tests::{Pgcdc, TestDatabase, TestPostgres};
+use integration_tests::{
+    kill_and_wait, snapshot_progress, Pgcdc, TempDir, TestDatabase, TestPostgres,
+};
 use pgcdc::config::Config;
 use pgcdc::{run, RunOptions};
 use serde_json::Value;
@@ -40,29 +40,6 @@ fn big_rows() -> i64 {
         .unwrap_or(1_000_000)
 }
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "pgcdc-snapshot-{tag}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Polls `check` until it yields a value, for at most TIMEOUT.
 async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
     what: &str,
@@ -75,18 +52,6 @@ async fn store(db: &TestDatabase) -> PgCheckpointStore {
     PgCheckpointStore::connect(db.connection_info().config(), PgStoreConfig::default())
         .await
         .unwrap()
-}
-
-/// The snapshot progress of the job's newest checkpoint.
-async fn progress(store: &PgCheckpointStore, job: &str) -> Option<SnapshotProgress> {
-    let job = JobName::new(job).unwrap();
-    store
-        .latest(&job)
-        .await
-        .ok()?
-        .checkpoint?
-        .checkpoint
-        .snapshot
 }
 
 async fn table(client: &Client, name: &str) -> BTreeMap<i64, (i32, String)> {
@@ -205,7 +170,7 @@ async fn snapshot_under_concurrent_writes_equals_the_table() {
     let writer = tokio::spawn(workload(db.connect().await.unwrap(), rows, stop.clone()));
     let started = std::time::Instant::now();
     eventually("the snapshot to complete", || async {
-        progress(&store, "big")
+        snapshot_progress(&store, "big")
             .await
             .filter(|p| p.complete)
             .map(|_| ())
@@ -220,7 +185,7 @@ async fn snapshot_under_concurrent_writes_equals_the_table() {
 
     let source = table(&client, "items").await;
     let target = table(&client, "replica.items").await;
-    let p = progress(&store, "big").await.unwrap();
+    let p = snapshot_progress(&store, "big").await.unwrap();
     println!(
         "{rows} rows, {txns} concurrent transactions, snapshot {snapshot_secs:.1} s, {} chunks",
         p.tables_done.iter().map(|t| t.chunks).sum::<u64>()
@@ -267,8 +232,8 @@ async fn sigkill_mid_snapshot_reads_only_unfinished_chunks() {
     let db = TestPostgres::new_database().await.unwrap();
     let client = db.connect().await.unwrap();
     setup_items(&client, ROWS).await;
-    let dir = TempDir::new("crash");
-    let config = dir.0.join("pgcdc.toml");
+    let dir = TempDir::new("snapshot-crash");
+    let config = dir.path().join("pgcdc.toml");
     std::fs::write(&config, items_config(&db, "crashsnap", CHUNK as u64, 100)).unwrap();
     let store = store(&db).await;
     let log_filter = "info,cdc_runtime::snapshot=debug,tokio_postgres=warn";
@@ -292,39 +257,16 @@ async fn sigkill_mid_snapshot_reads_only_unfinished_chunks() {
 
     let mut first = Pgcdc::run_with_log(&config, log_filter).unwrap();
     let at_kill = eventually("a checkpoint with 20 chunks done", || async {
-        progress(&store, "crashsnap")
+        snapshot_progress(&store, "crashsnap")
             .await
             .filter(|p| p.in_progress.as_ref().is_some_and(|c| c.chunks_done >= 20))
     })
     .await;
-    let pid = first.id().unwrap();
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    first.wait(Duration::from_secs(10)).await.unwrap();
+    kill_and_wait(&mut first, &db, TIMEOUT).await;
     let reads_before = chunk_reads(&first.stderr());
-    // A commit the process sent before it died can still land until the
-    // server has seen its connections close: wait for that. (pgcdc's are
-    // named `pgcdc` or `pgcdc <role>`; the test's own `pgcdc-tests`.)
-    let admin = db.connect().await.unwrap();
-    eventually("the killed instance's sessions to end", || async {
-        let left: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = current_database() \
-                 AND (application_name = 'pgcdc' OR application_name LIKE 'pgcdc %')",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        (left == 0).then_some(())
-    })
-    .await;
     // What the last checkpoint before the kill recorded (a later one may
     // have been saved between our read and the kill).
-    let saved = progress(&store, "crashsnap").await.unwrap();
+    let saved = snapshot_progress(&store, "crashsnap").await.unwrap();
     assert!(!saved.complete, "killed before the snapshot completed");
     let cursor = saved.in_progress.as_ref().unwrap();
     assert!(cursor.chunks_done >= at_kill.in_progress.as_ref().unwrap().chunks_done);
@@ -355,7 +297,7 @@ async fn sigkill_mid_snapshot_reads_only_unfinished_chunks() {
     );
     let mut second = Pgcdc::run_with_log(&config, log_filter).unwrap();
     eventually("the snapshot to complete after the restart", || async {
-        progress(&store, "crashsnap")
+        snapshot_progress(&store, "crashsnap")
             .await
             .filter(|p| p.complete)
             .map(|_| ())
@@ -446,8 +388,8 @@ async fn table_without_a_key_goes_through_the_consistent_read() {
         )
         .await
         .unwrap();
-    let dir = TempDir::new("nokey");
-    let events = dir.0.join("events.jsonl");
+    let dir = TempDir::new("snapshot-nokey");
+    let events = dir.path().join("events.jsonl");
     let source = db.source_toml(&["public.nokey"], "nokey_slot", "nokey_pub");
     let text = format!(
         r#"
@@ -461,7 +403,7 @@ async fn table_without_a_key_goes_through_the_consistent_read() {
         interval_ms = 100
         "#
     );
-    let config_path = dir.0.join("pgcdc.toml");
+    let config_path = dir.path().join("pgcdc.toml");
     std::fs::write(&config_path, &text).unwrap();
     let store = store(&db).await;
 
@@ -484,7 +426,7 @@ async fn table_without_a_key_goes_through_the_consistent_read() {
     };
     let mut pgcdc = Pgcdc::run(&config_path).unwrap();
     eventually("the snapshot to complete", || async {
-        progress(&store, "nokey")
+        snapshot_progress(&store, "nokey")
             .await
             .filter(|p| p.complete)
             .map(|_| ())
@@ -557,7 +499,7 @@ async fn startup_modes_latest_and_snapshot_only() {
         )
         .await
         .unwrap();
-    let dir = TempDir::new("modes");
+    let dir = TempDir::new("snapshot-modes");
     let config = |mode: &str, slot: &str, events: &std::path::Path| {
         let source = db.source_toml(&["public.modes"], slot, "modes_pub");
         Config::parse(&format!(
@@ -589,7 +531,7 @@ async fn startup_modes_latest_and_snapshot_only() {
 
     // snapshot_only: every row once as `r`, then the job stops by itself
     // and drops the slot it created.
-    let only = dir.0.join("only.jsonl");
+    let only = dir.path().join("only.jsonl");
     let progress = tokio::time::timeout(
         TIMEOUT,
         run(
@@ -623,7 +565,7 @@ async fn startup_modes_latest_and_snapshot_only() {
     );
 
     // latest: no snapshot, only what changes from now on.
-    let latest = dir.0.join("latest.jsonl");
+    let latest = dir.path().join("latest.jsonl");
     let cfg = config("latest", "modes_latest", &latest);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let job = tokio::spawn(async move {

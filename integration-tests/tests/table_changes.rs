@@ -9,14 +9,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use checkpoint_api::{CheckpointStore, JobName, SnapshotProgress};
+use checkpoint_api::SnapshotProgress;
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
-use integration_tests::{Pgcdc, TestDatabase, TestPostgres};
+use integration_tests::{
+    kill_and_wait, snapshot_progress, Pgcdc, TempDir, TestDatabase, TestPostgres,
+};
 use serde_json::Value;
 use tokio_postgres::Client;
 
@@ -29,29 +31,6 @@ fn added_rows() -> i64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000)
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "pgcdc-tables-{tag}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
@@ -67,21 +46,9 @@ async fn store(db: &TestDatabase) -> PgCheckpointStore {
         .unwrap()
 }
 
-/// The snapshot progress of the job's newest checkpoint.
-async fn progress(store: &PgCheckpointStore, job: &str) -> Option<SnapshotProgress> {
-    let job = JobName::new(job).unwrap();
-    store
-        .latest(&job)
-        .await
-        .ok()?
-        .checkpoint?
-        .checkpoint
-        .snapshot
-}
-
 /// Whether the newest checkpoint records `table` as read.
 async fn recorded(store: &PgCheckpointStore, job: &str, table: &str) -> Option<SnapshotProgress> {
-    progress(store, job).await.filter(|p| {
+    snapshot_progress(store, job).await.filter(|p| {
         p.complete
             && p.tables_done
                 .iter()
@@ -218,8 +185,8 @@ async fn added_table_is_snapshotted_while_writers_change_it_and_resumes_after_si
         ))
         .await
         .unwrap();
-    let dir = TempDir::new("added");
-    let config_path = dir.0.join("pgcdc.toml");
+    let dir = TempDir::new("tables-added");
+    let config_path = dir.path().join("pgcdc.toml");
     let config = |tables: &[&str]| {
         let source = db.source_toml(tables, "addt", "addt_pub");
         format!(
@@ -293,7 +260,7 @@ async fn added_table_is_snapshotted_while_writers_change_it_and_resumes_after_si
     let started = Instant::now();
     let mut first = Pgcdc::run_with_log(&config_path, log_filter).unwrap();
     let at_kill = eventually("a checkpoint with 10 chunks of the added table", || async {
-        progress(&store, "addt").await.filter(|p| {
+        snapshot_progress(&store, "addt").await.filter(|p| {
             p.in_progress
                 .as_ref()
                 .is_some_and(|c| c.table.name == "added" && c.chunks_done >= 10)
@@ -306,27 +273,9 @@ async fn added_table_is_snapshotted_while_writers_change_it_and_resumes_after_si
         ["public.added", "public.first"],
         "pgcdc added the table to the publication it manages"
     );
-    let pid = first.id().unwrap();
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    first.wait(Duration::from_secs(10)).await.unwrap();
+    kill_and_wait(&mut first, &db, TIMEOUT).await;
     let admin = db.connect().await.unwrap();
-    eventually("the killed instance's sessions to end", || async {
-        let left: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND (application_name = 'pgcdc' OR application_name LIKE 'pgcdc %')",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        (left == 0).then_some(())
-    })
-    .await;
-    let saved = progress(&store, "addt").await.unwrap();
+    let saved = snapshot_progress(&store, "addt").await.unwrap();
     let cursor = saved.in_progress.clone().unwrap();
     assert_eq!(cursor.table.name, "added");
 
@@ -435,9 +384,9 @@ async fn removed_table_leaves_the_publication_and_is_read_again_when_it_returns(
         )
         .await
         .unwrap();
-    let dir = TempDir::new("removed");
-    let out = dir.0.join("events.json");
-    let config_path = dir.0.join("pgcdc.toml");
+    let dir = TempDir::new("tables-removed");
+    let out = dir.path().join("events.json");
+    let config_path = dir.path().join("pgcdc.toml");
     let store = store(&db).await;
 
     std::fs::write(
@@ -467,7 +416,7 @@ async fn removed_table_leaves_the_publication_and_is_read_again_when_it_returns(
         !ops_of(&events, "b").iter().any(|(_, id)| *id == 100),
         "a change to the removed table was delivered"
     );
-    let p = progress(&store, "rmt").await.unwrap();
+    let p = snapshot_progress(&store, "rmt").await.unwrap();
     assert!(
         !p.tables_done.iter().any(|t| t.table.name == "b"),
         "the removed table is forgotten: {p:?}"
@@ -508,9 +457,9 @@ async fn table_that_appears_in_a_published_schema_is_snapshotted() {
         )
         .await
         .unwrap();
-    let dir = TempDir::new("appears");
-    let out = dir.0.join("events.json");
-    let config_path = dir.0.join("pgcdc.toml");
+    let dir = TempDir::new("tables-appears");
+    let out = dir.path().join("events.json");
+    let config_path = dir.path().join("pgcdc.toml");
     let config = file_config(&db, &["app.one"], "appt", &out)
         .replace("tables = [\"app.one\"]", "schemas = [\"app\"]");
     std::fs::write(&config_path, config).unwrap();
@@ -553,9 +502,9 @@ async fn on_demand_snapshot_with_a_condition_on_a_running_job() {
         )
         .await
         .unwrap();
-    let dir = TempDir::new("ondemand");
-    let out = dir.0.join("events.json");
-    let config_path = dir.0.join("pgcdc.toml");
+    let dir = TempDir::new("tables-ondemand");
+    let out = dir.path().join("events.json");
+    let config_path = dir.path().join("pgcdc.toml");
     std::fs::write(
         &config_path,
         file_config(&db, &["public.items", "public.other"], "odt", &out),
@@ -595,7 +544,7 @@ async fn on_demand_snapshot_with_a_condition_on_a_running_job() {
         String::from_utf8_lossy(&asked.stderr)
     );
     eventually("the request answered", || async {
-        progress(&store, "odt").await.filter(|p| {
+        snapshot_progress(&store, "odt").await.filter(|p| {
             p.requests.is_empty()
                 && p.requests_done
                     .iter()
@@ -612,7 +561,7 @@ async fn on_demand_snapshot_with_a_condition_on_a_running_job() {
         .await
         .unwrap();
     eventually("the SQL request answered", || async {
-        progress(&store, "odt").await.filter(|p| {
+        snapshot_progress(&store, "odt").await.filter(|p| {
             p.requests_done
                 .iter()
                 .any(|d| d.request_id.as_deref() == Some("by-sql") && d.rows == 20)
@@ -681,9 +630,9 @@ async fn row_filters_and_column_lists_apply_to_the_snapshot_and_the_stream() {
         )
         .await
         .unwrap();
-    let dir = TempDir::new("filters");
-    let out = dir.0.join("events.json");
-    let config_path = dir.0.join("pgcdc.toml");
+    let dir = TempDir::new("tables-filters");
+    let out = dir.path().join("events.json");
+    let config_path = dir.path().join("pgcdc.toml");
     let config = file_config(&db, &["public.orders"], "flt", &out).replace(
         "tables = [\"public.orders\"]",
         r#"tables = [{ name = "public.orders", where = "status <> 'draft'", columns = ["id", "status", "total"] }]"#,
@@ -774,9 +723,9 @@ async fn partitioned_table_cross_partition_update_and_attach_mid_stream() {
         )
         .await
         .unwrap();
-    let dir = TempDir::new("partitions");
-    let out = dir.0.join("events.json");
-    let config_path = dir.0.join("pgcdc.toml");
+    let dir = TempDir::new("tables-partitions");
+    let out = dir.path().join("events.json");
+    let config_path = dir.path().join("pgcdc.toml");
     std::fs::write(&config_path, file_config(&db, &["public.m"], "prt", &out)).unwrap();
     let store = store(&db).await;
     let mut job = Pgcdc::run(&config_path).unwrap();
@@ -797,7 +746,7 @@ async fn partitioned_table_cross_partition_update_and_attach_mid_stream() {
         .await
         .unwrap();
     eventually("the attached partition read", || async {
-        progress(&store, "prt").await.filter(|p| {
+        snapshot_progress(&store, "prt").await.filter(|p| {
             p.requests_done.iter().any(|d| {
                 d.request_id
                     .as_deref()
@@ -846,9 +795,9 @@ async fn on_demand_snapshot_resumes_after_sigkill() {
         ))
         .await
         .unwrap();
-    let dir = TempDir::new("ondemand-kill");
-    let out = dir.0.join("events.json");
-    let config_path = dir.0.join("pgcdc.toml");
+    let dir = TempDir::new("tables-ondemand-kill");
+    let out = dir.path().join("events.json");
+    let config_path = dir.path().join("pgcdc.toml");
     // The initial snapshot is not taken; the request reads in 1,000-row chunks.
     let config = file_config(&db, &["public.big"], "odk", &out)
         .replace("chunk_size = 1000", "chunk_size = 1000\nmode = \"latest\"");
@@ -868,40 +817,21 @@ async fn on_demand_snapshot_resumes_after_sigkill() {
         .await
         .unwrap();
     eventually("a checkpoint with 10 chunks of the request", || async {
-        progress(&store, "odk").await.filter(|p| {
+        snapshot_progress(&store, "odk").await.filter(|p| {
             p.in_progress
                 .as_ref()
                 .is_some_and(|c| c.request_id.as_deref() == Some("again") && c.chunks_done >= 10)
         })
     })
     .await;
-    let pid = first.id().unwrap();
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    first.wait(Duration::from_secs(10)).await.unwrap();
-    let admin = db.connect().await.unwrap();
-    eventually("the killed instance's sessions to end", || async {
-        let left: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND (application_name = 'pgcdc' OR application_name LIKE 'pgcdc %')",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        (left == 0).then_some(())
-    })
-    .await;
-    let saved = progress(&store, "odk").await.unwrap();
+    kill_and_wait(&mut first, &db, TIMEOUT).await;
+    let saved = snapshot_progress(&store, "odk").await.unwrap();
     let cursor = saved.in_progress.clone().unwrap();
     assert_eq!(cursor.request_id.as_deref(), Some("again"));
 
     let mut second = Pgcdc::run_with_log(&config_path, log_filter).unwrap();
     let done = eventually("the request answered after the restart", || async {
-        progress(&store, "odk").await.filter(|p| {
+        snapshot_progress(&store, "odk").await.filter(|p| {
             p.requests_done
                 .iter()
                 .any(|d| d.request_id.as_deref() == Some("again"))
@@ -958,9 +888,9 @@ async fn a_table_the_role_may_not_read_stops_the_job_or_is_skipped_with_a_warnin
         )
         .await
         .unwrap();
-    let dir = TempDir::new("privileges");
-    let out = dir.0.join("events.json");
-    let config_path = dir.0.join("pgcdc.toml");
+    let dir = TempDir::new("tables-privileges");
+    let out = dir.path().join("events.json");
+    let config_path = dir.path().join("pgcdc.toml");
     let user = format!("user = {:?}", db.user());
     let config = |on_unreadable: &str| {
         let source = db
