@@ -80,6 +80,8 @@ mod secret;
 mod snapshot;
 mod source;
 
+pub use source::{FilteredTable, TableEntry};
+
 pub use checkpoint::{CheckpointConfig, ConfirmSetting, OperatorConfig};
 pub use env::{unknown_env_vars, UnknownEnvVar, ENV_VARS};
 pub use location::{line_column, Location};
@@ -247,46 +249,6 @@ pub struct SourceConfig {
     /// name (default true; PostgreSQL 13+).
     #[serde(default = "yes")]
     pub publish_via_partition_root: bool,
-}
-
-/// One `[source] tables` entry.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub enum TableEntry {
-    /// `"schema.table"`.
-    Name(String),
-    /// `{ name = "schema.table", where = "...", columns = ["a", "b"] }`.
-    Filtered(FilteredTable),
-}
-
-/// A table with a row filter or a column list.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FilteredTable {
-    /// `schema.table`, or `table` for `public`.
-    pub name: String,
-    /// Only rows matching this SQL condition are captured (and snapshotted).
-    #[serde(rename = "where", default)]
-    pub row_filter: Option<String>,
-    /// Only these columns are captured (they must include the key).
-    #[serde(default)]
-    pub columns: Option<Vec<String>>,
-}
-
-impl TableEntry {
-    /// The table's name as written.
-    pub fn name(&self) -> &str {
-        match self {
-            TableEntry::Name(n) => n,
-            TableEntry::Filtered(f) => &f.name,
-        }
-    }
-}
-
-impl From<String> for TableEntry {
-    fn from(name: String) -> Self {
-        TableEntry::Name(name)
-    }
 }
 
 fn default_host() -> String {

@@ -96,19 +96,22 @@ impl Source<'_> {
         if self.asked.is_empty() || self.converter.open_transaction().is_some() || self.skipping {
             return Ok(());
         }
-        let asked = std::mem::take(&mut self.asked);
         let Some(s) = self.snapshot.as_mut() else {
-            for a in asked {
+            for a in std::mem::take(&mut self.asked) {
                 if let Asked::Signal { id, table, .. } = a {
                     tracing::warn!(signal = %id, %table, "signal ignored: this pipeline was built without a snapshot plan, so it cannot read tables");
                 }
             }
             return Ok(());
         };
+        // What was noted stays noted until it is served: after an error the
+        // stream goes on past the signal, which would not come again.
         let client = crate::snapshot::connect(s.client_settings()).await?;
         let published = published_tables(&client, &self.options.publications).await?;
         let mut added = false;
-        for a in asked {
+        while !self.asked.is_empty() {
+            let a = self.asked.remove(0);
+            let retry = a.clone();
             match a {
                 Asked::Signal {
                     id,
@@ -140,7 +143,14 @@ impl Source<'_> {
                             continue;
                         }
                     }
-                    if !may_select(&client, t.oid).await? {
+                    let readable = match may_select(&client, t.oid).await {
+                        Ok(r) => r,
+                        Err(e) => {
+                            self.asked.insert(0, retry);
+                            return Err(e.into());
+                        }
+                    };
+                    if !readable {
                         tracing::warn!(signal = %id, %table, "snapshot request ignored: the job's role may not SELECT from the table");
                         continue;
                     }
@@ -156,7 +166,15 @@ impl Source<'_> {
                         tracing::debug!(table = %name, "a table that appeared is no longer published");
                         continue;
                     };
-                    added |= read_new_table(s, &client, t, lsn).await?;
+                    match read_new_table(s, &client, t, lsn).await {
+                        Ok(read) => added |= read,
+                        Err(e) => {
+                            if e.is_transient() {
+                                self.asked.insert(0, retry);
+                            }
+                            return Err(e);
+                        }
+                    }
                 }
                 Asked::Attached(a) => {
                     let id = format!("attach-{}-{}", a.root, a.leaf);

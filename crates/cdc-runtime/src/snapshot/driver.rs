@@ -22,6 +22,7 @@ use crate::replication::ReplicationConfig;
 use crate::tls_connect::PgClientSettings;
 
 mod consistent_read;
+mod requests;
 mod stream;
 
 use consistent_read::Fallback;
@@ -46,6 +47,8 @@ pub(crate) struct Snapshot {
     pub(crate) on_unreadable: OnUnreadable,
     /// Every published table the snapshot knows of (requests name these).
     catalog: Vec<SnapshotTable>,
+    /// The oids of `catalog`.
+    known: std::collections::HashSet<cdc_core::Oid>,
     /// The keyed tables to read, in order: those of the initial snapshot
     /// not read yet, then the requests.
     tables: Arc<Vec<SnapshotTable>>,
@@ -128,6 +131,7 @@ impl Snapshot {
         let settings = PgClientSettings::new(&replication)
             .map_err(|e| SnapshotError::Connect(e.to_string()))?;
         let catalog = tables.clone();
+        let known = catalog.iter().map(|t| t.oid).collect();
         let mut done: Vec<TableDone> = Vec::new();
         for d in resume.map(|p| p.tables_done.as_slice()).unwrap_or_default() {
             // Known by oid first (a renamed table stays read), else by name.
@@ -253,6 +257,7 @@ impl Snapshot {
             read_new_tables,
             on_unreadable,
             catalog,
+            known,
             tables: Arc::new(keyed),
             generation_end: 0,
             fallback_tables: Arc::new(keyless),
@@ -287,88 +292,6 @@ impl Snapshot {
             s.log_start();
         }
         Ok(s)
-    }
-
-    /// The published partitioned tables (their partitions are watched).
-    pub(crate) fn partitioned_tables(&self) -> Vec<cdc_core::Oid> {
-        self.catalog
-            .iter()
-            .filter(|t| t.partitioned)
-            .map(|t| t.oid)
-            .collect()
-    }
-
-    /// How the readers connect (ordinary connections).
-    pub(crate) fn client_settings(&self) -> &PgClientSettings {
-        &self.settings
-    }
-
-    /// Whether `oid` is a table the snapshot knows: published when the job
-    /// started, read before, or asked for since.
-    pub(crate) fn knows(&self, oid: cdc_core::Oid) -> bool {
-        self.catalog.iter().any(|t| t.oid == oid)
-            || self.tables_done.iter().any(|d| d.oid == oid)
-            || self.tables.iter().any(|t| t.oid == oid)
-    }
-
-    /// Whether a request with this id is pending or was answered recently
-    /// (a signal replayed after a restart is not read twice).
-    pub(crate) fn has_request(&self, id: &str) -> bool {
-        self.tables[self.table.min(self.tables.len())..]
-            .iter()
-            .any(|t| t.request.as_ref().is_some_and(|r| r.id == id))
-            || self
-                .requests_done
-                .iter()
-                .any(|d| d.request_id.as_deref() == Some(id))
-    }
-
-    /// Reads `table` (with a key) after the tables before it, while the
-    /// stream runs. Call between transactions.
-    pub(crate) fn add(&mut self, table: SnapshotTable) {
-        tracing::info!(table = %table.display_name(),
-            request = table.request.as_ref().map(|r| r.id.as_str()).unwrap_or(""),
-            filter = table.request.as_ref().and_then(|r| r.filter.as_deref()).unwrap_or(""),
-            "snapshot: table queued for reading");
-        self.defer(&table);
-        let idle = self.keyed_complete();
-        Arc::make_mut(&mut self.tables).push(table);
-        if idle {
-            self.started_at = Instant::now();
-            self.rows_total = 0;
-            self.spawn_readers();
-        }
-    }
-
-    /// Records `table` as skipped: not read (it cannot be, and the job
-    /// goes on without it).
-    pub(crate) fn skip(&mut self, table: &SnapshotTable) {
-        self.record(table, true);
-    }
-
-    /// Records `table` as taken as it is: not read, by choice.
-    pub(crate) fn skip_as_is(&mut self, table: &SnapshotTable) {
-        self.record(table, false);
-    }
-
-    fn record(&mut self, table: &SnapshotTable, skipped: bool) {
-        self.tables_done.push(TableDone {
-            table: table_ref(table),
-            oid: table.oid,
-            skipped,
-            ..TableDone::default()
-        });
-        self.defer(table);
-    }
-
-    /// Knows `table` without reading it or recording it as read: the next
-    /// start reads it.
-    pub(crate) fn defer(&mut self, table: &SnapshotTable) {
-        if !self.catalog.iter().any(|t| t.oid == table.oid) {
-            let mut known = table.clone();
-            known.request = None;
-            self.catalog.push(known);
-        }
     }
 
     fn log_start(&self) {

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use cdc_runtime::source::TableFilter;
 
-use super::{invalid, table_ref, ConfigFileError, Secret, SourceConfig, TableEntry, TableRef};
+use serde::Deserialize;
+
+use super::{invalid, table_ref, ConfigFileError, Secret, SourceConfig, TableRef};
 
 impl SourceConfig {
     /// Resolves the password from `password`, `password_file` or `password_env`.
@@ -87,5 +89,45 @@ impl SourceConfig {
             }
         }
         Ok(filters)
+    }
+}
+
+/// One `[source] tables` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum TableEntry {
+    /// `"schema.table"`.
+    Name(String),
+    /// `{ name = "schema.table", where = "...", columns = ["a", "b"] }`.
+    Filtered(FilteredTable),
+}
+
+/// A table with a row filter or a column list.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilteredTable {
+    /// `schema.table`, or `table` for `public`.
+    pub name: String,
+    /// Only rows matching this SQL condition are captured (and snapshotted).
+    #[serde(rename = "where", default)]
+    pub row_filter: Option<String>,
+    /// Only these columns are captured (they must include the key).
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
+}
+
+impl TableEntry {
+    /// The table's name as written.
+    pub fn name(&self) -> &str {
+        match self {
+            TableEntry::Name(n) => n,
+            TableEntry::Filtered(f) => &f.name,
+        }
+    }
+}
+
+impl From<String> for TableEntry {
+    fn from(name: String) -> Self {
+        TableEntry::Name(name)
     }
 }
