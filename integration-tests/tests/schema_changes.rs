@@ -48,6 +48,19 @@ impl Job {
         interval_ms: u64,
         extra_sink: &str,
     ) -> Job {
+        Job::with_source(source, target, name, tables, interval_ms, "", extra_sink)
+    }
+
+    /// [`Job::new`] with `extra_source` lines in `[source]`.
+    fn with_source(
+        source: &TestDatabase,
+        target: &TestDatabase,
+        name: &str,
+        tables: &[&str],
+        interval_ms: u64,
+        extra_source: &str,
+        extra_sink: &str,
+    ) -> Job {
         let dir = std::env::temp_dir().join(format!("pgcdc-ddl-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -55,6 +68,7 @@ impl Job {
         let text = format!(
             r#"
             {src}
+            {extra_source}
             [snapshot]
             mode = "latest"
 
@@ -183,6 +197,167 @@ async fn await_active(client: &Client, name: &str) {
         row.is_some_and(|r| r.get::<_, bool>(0)).then_some(())
     })
     .await;
+}
+
+/// With DDL capture every statement is its own schema change at its own
+/// LSN, even with no change of the table after it; a dropped table is
+/// reported; an added column's value in existing rows reaches the target
+/// (a constant default as the value, a per-row default by reading the
+/// table again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn captured_ddl_is_reported_per_statement_and_fills_added_columns() {
+    init_logging();
+    let source = TestPostgres::new_database().await.unwrap();
+    let target = TestPostgres::new_database().await.unwrap();
+    let src = source.connect().await.unwrap();
+    let dst = target.connect().await.unwrap();
+    let ddl = "CREATE TABLE t (id int PRIMARY KEY, a text, b int); \
+               CREATE TABLE u (id int PRIMARY KEY, x int)";
+    src.batch_execute(ddl).await.unwrap();
+    dst.batch_execute(ddl).await.unwrap();
+    let job = Job::with_source(
+        &source,
+        &target,
+        "cap",
+        &["public.t", "public.u"],
+        500,
+        "capture_ddl = true",
+        "dropped_columns = \"drop\"",
+    );
+    let (s, task) = job.spawn();
+    await_streaming(&src, "cap").await;
+    src.batch_execute(
+        "INSERT INTO t SELECT i, 'r' || i, i FROM generate_series(1, 3) i; \
+         INSERT INTO u VALUES (1, 1)",
+    )
+    .await
+    .unwrap();
+    job.await_event("the first rows", |e| e["after"]["x"] == 1)
+        .await;
+    // Without capture these two would read as one rename, reported with
+    // the next change of t.
+    src.batch_execute(
+        "BEGIN; ALTER TABLE t DROP COLUMN b; ALTER TABLE t ADD COLUMN c int DEFAULT 42; COMMIT;",
+    )
+    .await
+    .unwrap();
+    job.await_event("the added column, before any change of t", |e| {
+        change_kinds(e) == ["add_column"]
+    })
+    .await;
+    src.batch_execute(
+        "ALTER TABLE t RENAME COLUMN a TO a2; \
+         ALTER TABLE t ADD COLUMN s serial; \
+         DROP TABLE u; \
+         INSERT INTO t (id, a2) VALUES (4, 'r4')",
+    )
+    .await
+    .unwrap();
+    job.await_event("the insert after the DDL", |e| e["after"]["id"] == 4)
+        .await;
+    let caught_up = integration_tests::eventually(
+        "the target to equal the source (s read again)",
+        TIMEOUT,
+        || async {
+            let (src_cols, src_rows) = table_text(&src, "public.t").await;
+            let (dst_cols, dst_rows) = table_text(&dst, "public.t").await;
+            (src_cols == dst_cols && src_rows == dst_rows).then_some(())
+        },
+    );
+    caught_up.await;
+    stop(s, task).await;
+
+    let events = dedup(&job.events());
+    let changes: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["op"] == "schema_change")
+        .collect();
+    let summary: Vec<(String, Vec<String>)> = changes
+        .iter()
+        .map(|e| {
+            (
+                e["table"].as_str().unwrap_or_default().to_owned(),
+                change_kinds(e),
+            )
+        })
+        .collect();
+    let kinds = |t: &str, k: &str| (t.to_owned(), vec![k.to_owned()]);
+    assert_eq!(
+        summary,
+        vec![
+            kinds("t", "drop_column"),
+            kinds("t", "add_column"),
+            kinds("t", "rename_column"),
+            kinds("t", "add_column"),
+            kinds("u", "drop_table"),
+        ],
+        "one event per statement: {changes:#?}"
+    );
+    for e in &changes {
+        assert!(e["ddl"].as_str().is_some_and(|d| !d.is_empty()), "{e}");
+    }
+    assert_eq!(changes[1]["changes"][0]["existing_rows"], "value");
+    assert_eq!(changes[1]["changes"][0]["existing_value"], "42");
+    assert_eq!(changes[3]["changes"][0]["existing_rows"], "per_row");
+    // Each at its own LSN, in the order of the statements.
+    let lsns: Vec<u64> = changes
+        .iter()
+        .map(|e| {
+            let l = e["lsn"].as_str().unwrap();
+            let (hi, lo) = l.split_once('/').unwrap();
+            (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+        })
+        .collect();
+    assert!(lsns.windows(2).all(|w| w[0] < w[1]), "{lsns:?}");
+    // The rows that existed before hold the source's values on the target.
+    let (_, dst_rows) = table_text(&dst, "public.t").await;
+    assert_eq!(dst_rows["1"]["c"], 42);
+    assert_eq!(dst_rows["3"]["s"], 3);
+    // The per-row column came by reading the table again.
+    assert!(events
+        .iter()
+        .any(|e| e["op"] == "read" && e["after"]["id"] == 1 && e["after"]["s"] == 1));
+}
+
+/// Without a superuser, `capture_ddl = true` stops start-up with an error
+/// that says how to install it, before anything streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capture_ddl_without_a_superuser_names_the_fix() {
+    init_logging();
+    let source = TestPostgres::new_database().await.unwrap();
+    let target = TestPostgres::new_database().await.unwrap();
+    let src = source.connect().await.unwrap();
+    let role = format!("plain_{}", source.name());
+    src.batch_execute(&format!(
+        "CREATE TABLE t (id int PRIMARY KEY); \
+         CREATE ROLE \"{role}\" LOGIN REPLICATION; \
+         GRANT CREATE ON DATABASE \"{db}\" TO \"{role}\"; \
+         ALTER TABLE t OWNER TO \"{role}\"",
+        db = source.name()
+    ))
+    .await
+    .unwrap();
+    let mut job = Job::with_source(
+        &source,
+        &target,
+        "nosu",
+        &["public.t"],
+        500,
+        "capture_ddl = true",
+        "",
+    );
+    job.config.source.user = role.clone();
+    let err = pgcdc::run(&job.config, &RunOptions::default(), std::future::pending())
+        .await
+        .expect_err("a role that may not create event triggers");
+    let text = err.to_string();
+    assert!(
+        text.contains("superuser") && text.contains("capture_ddl = false"),
+        "{text}"
+    );
+    src.batch_execute(&format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\""))
+        .await
+        .unwrap();
 }
 
 /// Events deduplicated by `(commit_lsn, index)`, in order; a duplicate
@@ -445,10 +620,17 @@ struct ModelTable {
     /// statement is an insert, so that every change is announced alone
     /// (two in a row are summed up, see the README).
     announced: bool,
+    /// DDL capture is on: statements may follow each other, and columns
+    /// are added with defaults (constant, or per row with `serial`).
+    capture: bool,
 }
 
 impl ModelTable {
     fn value(rng: &mut Rng, ty: &str) -> String {
+        if ty == "serial" {
+            // NOT NULL, and apart from the sequence's values.
+            return (100_000 + rng.below(100_000)).to_string();
+        }
         if rng.below(8) == 0 {
             return "NULL".into();
         }
@@ -463,7 +645,11 @@ impl ModelTable {
     fn statement(&mut self, rng: &mut Rng, next_id: &mut i64, next_col: &mut u32) -> String {
         let t = &self.name;
         let others: Vec<usize> = (1..self.columns.len()).collect();
-        let pick = if self.announced { rng.below(16) } else { 99 };
+        let pick = if self.announced || self.capture {
+            rng.below(16)
+        } else {
+            99
+        };
         if pick < 4 {
             self.announced = false;
             match pick {
@@ -471,8 +657,16 @@ impl ModelTable {
                     let name = format!("c{next_col}");
                     *next_col += 1;
                     let ty = if rng.below(2) == 0 { "int4" } else { "text" };
+                    let default = match (self.capture, rng.below(3), ty) {
+                        (false, _, _) | (_, 0, _) => String::new(),
+                        (true, 1, "int4") => {
+                            self.columns.push((name.clone(), "serial"));
+                            return format!("ALTER TABLE {t} ADD COLUMN {name} serial");
+                        }
+                        (true, _, _) => format!(" DEFAULT {}", Self::value(rng, ty)),
+                    };
                     self.columns.push((name.clone(), ty));
-                    return format!("ALTER TABLE {t} ADD COLUMN {name} {ty}");
+                    return format!("ALTER TABLE {t} ADD COLUMN {name} {ty}{default}");
                 }
                 1 if others.len() > 1 => {
                     let i = others[rng.below(others.len())];
@@ -531,6 +725,22 @@ impl ModelTable {
     }
 }
 
+/// Fails with the rows that differ (`got` against `want`), not all rows.
+fn assert_same_rows(got: &BTreeMap<String, Value>, want: &BTreeMap<String, Value>, what: &str) {
+    let keys: std::collections::BTreeSet<&String> = got.keys().chain(want.keys()).collect();
+    let diff: Vec<String> = keys
+        .into_iter()
+        .filter(|k| got.get(*k) != want.get(*k))
+        .map(|k| format!("id {k}: got {:?}, want {:?}", got.get(k), want.get(k)))
+        .collect();
+    assert!(
+        diff.is_empty(),
+        "{what}: {} rows differ:\n{}",
+        diff.len(),
+        diff.join("\n")
+    );
+}
+
 /// Replays deduplicated plain events of `table` into rows by id, checking
 /// that every row event has the columns the schema stream says.
 fn replay(events: &[Value], table: &str) -> BTreeMap<String, Value> {
@@ -547,10 +757,17 @@ fn replay(events: &[Value], table: &str) -> BTreeMap<String, Value> {
                                 row.remove(item["column"]["name"].as_str().unwrap());
                             }
                             "add_column" => {
-                                row.insert(
-                                    item["column"]["name"].as_str().unwrap().to_owned(),
-                                    Value::Null,
-                                );
+                                // A constant default's value, as JSON of
+                                // the column's type (per-row values come
+                                // with the table's read that follows).
+                                let v = match item["existing_value"].as_str() {
+                                    Some(v) if item["column"]["type"] == "text" => {
+                                        Value::String(v.to_owned())
+                                    }
+                                    Some(v) => serde_json::from_str(v).unwrap(),
+                                    None => Value::Null,
+                                };
+                                row.insert(item["column"]["name"].as_str().unwrap().to_owned(), v);
                             }
                             "rename_column" => {
                                 let v = row.remove(item["from"].as_str().unwrap());
@@ -567,7 +784,7 @@ fn replay(events: &[Value], table: &str) -> BTreeMap<String, Value> {
                 cols.sort();
                 columns = Some(cols);
             }
-            "insert" | "update" => {
+            "insert" | "update" | "read" => {
                 let keys = after_keys(e);
                 let expected = columns.get_or_insert_with(|| keys.clone());
                 assert_eq!(&keys, expected, "columns of {e}");
@@ -584,6 +801,17 @@ fn replay(events: &[Value], table: &str) -> BTreeMap<String, Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_ddl_and_dml_with_restarts_end_with_the_target_equal_to_the_source() {
+    random_ddl_and_dml("model", false).await;
+}
+
+/// The same with DDL capture: statements in a row, and added columns
+/// with constant and per-row defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_ddl_with_capture_ends_with_the_target_equal_to_the_source() {
+    random_ddl_and_dml("modelcap", true).await;
+}
+
+async fn random_ddl_and_dml(name: &str, capture: bool) {
     init_logging();
     let seed = std::env::var("PGCDC_TEST_SEED")
         .ok()
@@ -616,6 +844,7 @@ async fn random_ddl_and_dml_with_restarts_end_with_the_target_equal_to_the_sourc
             ],
             ids: Vec::new(),
             announced: true,
+            capture,
         })
         .collect();
     for t in &tables {
@@ -626,16 +855,17 @@ async fn random_ddl_and_dml_with_restarts_end_with_the_target_equal_to_the_sourc
         src.batch_execute(&ddl).await.unwrap();
         dst.batch_execute(&ddl).await.unwrap();
     }
-    let job = Job::new(
+    let job = Job::with_source(
         &source,
         &target,
-        "model",
+        name,
         &["public.m0", "public.m1", "public.m2"],
         150,
+        if capture { "capture_ddl = true" } else { "" },
         "dropped_columns = \"drop\"",
     );
     let (mut stop_tx, mut task) = job.spawn();
-    await_streaming(&src, "model").await;
+    await_streaming(&src, name).await;
     // A first row in every table: the stream learns each table's schema
     // from its first change, so changes before it are not reported.
     let mut next_id = 1_i64;
@@ -660,22 +890,32 @@ async fn random_ddl_and_dml_with_restarts_end_with_the_target_equal_to_the_sourc
         }
         sql.push("COMMIT".into());
         let text = sql.join(";\n");
+        // Kept beside the events, to replay a failing seed by hand.
+        {
+            use std::io::Write;
+            let mut log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(job.dir.join("statements.sql"))
+                .unwrap();
+            writeln!(log, "-- step {step}\n{text};").unwrap();
+        }
         src.batch_execute(&text)
             .await
-            .unwrap_or_else(|e| panic!("step {step} (seed {seed}): {e}\n{text}"));
+            .unwrap_or_else(|e| panic!("step {step} (seed {seed}): {e:?}\n{text}"));
         if rng.below(12) == 0 {
             if rng.below(2) == 0 {
                 stop(stop_tx, task).await;
                 restarts.0 += 1;
             } else {
                 // A crash: no final checkpoint, the rest is replayed.
-                crash(task, &src, "model").await;
+                crash(task, &src, name).await;
                 drop(stop_tx);
                 restarts.1 += 1;
             }
             (stop_tx, task) = job.spawn();
             // Restart in the middle of the workload, not before it.
-            await_active(&src, "model").await;
+            await_active(&src, name).await;
         }
     }
     // A last row in every table, then wait for the target to have it.
@@ -689,10 +929,25 @@ async fn random_ddl_and_dml_with_restarts_end_with_the_target_equal_to_the_sourc
     }
     let last = next_id - 1;
     let last_table = tables.last().map(|t| format!("public.{}", t.name)).unwrap();
+    // With DDL capture, tables read again for columns added with a value
+    // per row may still be read after the last row arrived.
+    let tables_ref = &tables;
+    let (src_ref, dst_ref, last_ref) = (&src, &dst, &last_table);
     let caught_up =
-        integration_tests::eventually("the target has the last row", TIMEOUT, || async {
-            let (_, rows) = table_text(&dst, &last_table).await;
-            rows.contains_key(&last.to_string()).then_some(())
+        integration_tests::eventually("the target has the last row", TIMEOUT, || async move {
+            let (_, rows) = table_text(dst_ref, last_ref).await;
+            if !rows.contains_key(&last.to_string()) {
+                return None;
+            }
+            if capture {
+                for t in tables_ref {
+                    let q = format!("public.{}", t.name);
+                    if table_text(src_ref, &q).await != table_text(dst_ref, &q).await {
+                        return None;
+                    }
+                }
+            }
+            Some(())
         });
     tokio::select! {
         () = caught_up => {}
@@ -710,11 +965,16 @@ async fn random_ddl_and_dml_with_restarts_end_with_the_target_equal_to_the_sourc
         let (src_cols, src_rows) = table_text(&src, &qualified).await;
         let (dst_cols, dst_rows) = table_text(&dst, &qualified).await;
         assert_eq!(dst_cols, src_cols, "seed {seed}: columns of {qualified}");
-        assert_eq!(dst_rows, src_rows, "seed {seed}: rows of {qualified}");
+        assert_same_rows(
+            &dst_rows,
+            &src_rows,
+            &format!("seed {seed}: rows of {qualified}"),
+        );
         let replayed = replay(&events, &t.name);
-        assert_eq!(
-            replayed, src_rows,
-            "seed {seed}: the events of {qualified} replayed"
+        assert_same_rows(
+            &replayed,
+            &src_rows,
+            &format!("seed {seed}: the events of {qualified} replayed"),
         );
     }
 }

@@ -120,7 +120,7 @@
 #![warn(missing_docs)]
 
 pub mod checkpoint;
-
+pub mod ddl;
 pub mod encoding;
 pub mod event;
 pub mod job;

@@ -36,6 +36,10 @@ pub struct SourceOptions {
     /// its partitions' (`publish_via_partition_root`, PostgreSQL 13+; set on
     /// the publication pgcdc manages).
     pub publish_via_partition_root: bool,
+    /// Install DDL capture (event triggers; see [`crate::ddl`]) so schema
+    /// changes are known at their own LSN and dropped tables are reported.
+    /// Installing needs a superuser once.
+    pub capture_ddl: bool,
 }
 
 /// What a publication publishes of one table (PostgreSQL 15+).
@@ -74,6 +78,7 @@ impl SourceOptions {
             filters: BTreeMap::new(),
             signals: true,
             publish_via_partition_root: true,
+            capture_ddl: false,
         }
     }
 

@@ -249,6 +249,11 @@ pub struct SourceConfig {
     /// name (default true; PostgreSQL 13+).
     #[serde(default = "yes")]
     pub publish_via_partition_root: bool,
+    /// Install event triggers that write each `ALTER TABLE` and `DROP
+    /// TABLE` into the WAL, so schema changes are known at their own LSN
+    /// (default false; installing needs a superuser once).
+    #[serde(default)]
+    pub capture_ddl: bool,
 }
 
 fn default_host() -> String {

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use cdc_runtime::checkpoint::slot_state;
 use cdc_runtime::job::JobLock;
 use cdc_runtime::replication::{ReplicationConnection, ReplicationError};
-use cdc_runtime::setup::{prepare, PublicationChange, SetupError, SetupMode, SignalTable};
+use cdc_runtime::setup::{
+    prepare, DdlCapture, PublicationChange, SetupError, SetupMode, SignalTable,
+};
 use cdc_runtime::source::SourceOptions;
 use checkpoint_api::{CheckpointId, CheckpointStore, JobName, OwnerId};
 use clap::Parser;
@@ -189,6 +191,14 @@ async fn check_server(
             Some("will create signal table pgcdc.signals (source.signals = true)".to_owned())
         }
     };
+    let ddl_line = match report.ddl_capture {
+        DdlCapture::Off => None,
+        DdlCapture::Installed => Some("DDL capture is installed (source.capture_ddl = true)".to_owned()),
+        DdlCapture::WillInstall => Some(
+            "will install DDL capture: event triggers pgcdc_capture_ddl, pgcdc_capture_drop (source.capture_ddl = true)"
+                .to_owned(),
+        ),
+    };
     let slot_line = if report.created_slot {
         format!("will create slot {slot:?} (source.create_slot = true)")
     } else {
@@ -202,6 +212,7 @@ async fn check_server(
         publication_line,
     ];
     lines.extend(signals_line);
+    lines.extend(ddl_line);
     lines.push(slot_line);
     lines.push("ok: `pgcdc run` can start".to_owned());
     Ok(lines)

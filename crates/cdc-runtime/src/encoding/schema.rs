@@ -7,7 +7,9 @@ use super::json::{write_int, write_str};
 use super::{
     lsn_to_ts_ms, opt_str, sequence_to_lsn, source_to_sequence, transaction_to_total_order,
 };
-use crate::event::{ChangeEvent, ColumnSchema, SchemaChange, SchemaChangeItem, TableSchema};
+use crate::event::{
+    ChangeEvent, ColumnSchema, ExistingRows, SchemaChange, SchemaChangeItem, TableSchema,
+};
 
 /// `,"changes":[…],"columns":[…]` of a plain schema-change event.
 pub(super) fn plain_schema_change(
@@ -17,6 +19,10 @@ pub(super) fn plain_schema_change(
 ) {
     out.extend_from_slice(b",\"changes\":");
     write_changes(out, change);
+    if let Some(ddl) = &change.ddl {
+        out.extend_from_slice(b",\"ddl\":");
+        write_str(out, ddl);
+    }
     out.extend_from_slice(b",\"columns\":");
     write_columns(out, table.map_or(&[][..], |t| &t.columns));
 }
@@ -73,7 +79,25 @@ fn write_changes(out: &mut Vec<u8>, change: &SchemaChange) {
                 out.extend_from_slice(b",\"from_table\":");
                 write_str(out, table);
             }
-            SchemaChangeItem::AddColumn { column } | SchemaChangeItem::DropColumn { column } => {
+            SchemaChangeItem::AddColumn {
+                column,
+                existing_rows,
+            } => {
+                out.extend_from_slice(b",\"column\":");
+                write_column(out, column);
+                out.extend_from_slice(b",\"existing_rows\":");
+                match existing_rows {
+                    ExistingRows::Unknown => write_str(out, "unknown"),
+                    ExistingRows::Null => write_str(out, "null"),
+                    ExistingRows::PerRow => write_str(out, "per_row"),
+                    ExistingRows::Value(v) => {
+                        write_str(out, "value");
+                        out.extend_from_slice(b",\"existing_value\":");
+                        write_str(out, v);
+                    }
+                }
+            }
+            SchemaChangeItem::DropColumn { column } => {
                 out.extend_from_slice(b",\"column\":");
                 write_column(out, column);
             }
@@ -132,7 +156,12 @@ pub(super) fn debezium_schema_change(
     write_str(out, &s.database);
     out.extend_from_slice(b",\"schemaName\":");
     opt_str(out, table.map(|t| &*t.schema));
-    out.extend_from_slice(b",\"ddl\":null,\"tableChanges\":[");
+    out.extend_from_slice(b",\"ddl\":");
+    opt_str(
+        out,
+        ev.schema_change.as_ref().and_then(|c| c.ddl.as_deref()),
+    );
+    out.extend_from_slice(b",\"tableChanges\":[");
     if let Some(t) = table {
         let dropped = ev
             .schema_change

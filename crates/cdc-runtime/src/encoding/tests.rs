@@ -782,7 +782,7 @@ fn plain_schema_change_event() {
             "before": null, "after": null,
             "changes": [
                 {"kind": "rename_column", "from": "doc", "to": "body"},
-                {"kind": "add_column", "column": column("n", "int8", 20, false)},
+                {"kind": "add_column", "column": column("n", "int8", 20, false), "existing_rows": "unknown"},
             ],
             "columns": [
                 column("id", "int4", 23, true),

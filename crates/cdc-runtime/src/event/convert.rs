@@ -146,6 +146,8 @@ pub struct EventConverter {
     schemas: HashMap<Oid, Known>,
     /// Schemas the open transaction brought in.
     open_schemas: HashMap<Oid, Known>,
+    /// Tables the open transaction dropped (known only with DDL capture).
+    open_dropped: Vec<Oid>,
     /// The entry of `schemas` used last: consecutive changes are mostly of
     /// one table, so they skip the hash lookup.
     last: Option<(Arc<Relation<'static>>, Arc<TableSchema>)>,
@@ -162,6 +164,7 @@ impl EventConverter {
             open: None,
             schemas: HashMap::new(),
             open_schemas: HashMap::new(),
+            open_dropped: Vec::new(),
             last: None,
             arena: RowArena::default(),
         }
@@ -172,6 +175,7 @@ impl EventConverter {
     pub fn reset(&mut self) {
         self.open = None;
         self.open_schemas.clear();
+        self.open_dropped.clear();
         self.last = None;
     }
 
@@ -210,6 +214,7 @@ impl EventConverter {
     pub fn restore_relations(&mut self, versions: &[checkpoint_api::RelationVersion]) {
         self.last = None;
         self.open_schemas.clear();
+        self.open_dropped.clear();
         self.schemas.clear();
         for v in versions {
             let schema = TableSchema {
@@ -352,6 +357,9 @@ impl EventConverter {
                     return Err(ConvertError::NoTransaction { what: "Commit" });
                 }
                 self.schemas.extend(self.open_schemas.drain());
+                for oid in self.open_dropped.drain(..) {
+                    self.schemas.remove(&oid);
+                }
                 Ok(0)
             }
             TxnEvent::Origin(_) => Ok(0),
@@ -465,7 +473,17 @@ impl EventConverter {
                 },
             )),
         }
-        // Number the new events within the transaction.
+        self.number(open, start, out)
+    }
+
+    /// Numbers the events from `start` on within the transaction `open`;
+    /// returns how many there are.
+    fn number(
+        &mut self,
+        open: OpenTxn,
+        start: usize,
+        out: &mut [ChangeEvent],
+    ) -> Result<usize, ConvertError> {
         let mut next = open.next_index;
         for ev in out.iter_mut().skip(start) {
             ev.index = next;
@@ -513,16 +531,7 @@ impl EventConverter {
                 let previous = known.map(|k| k.schema.clone());
                 let schema = Arc::new(TableSchema::from_relation(rel));
                 if let Some(change) = previous.and_then(|p| SchemaChange::between(&p, &schema)) {
-                    out.push(ChangeEvent {
-                        op: Operation::SchemaChange,
-                        table: Some(schema.clone()),
-                        before: None,
-                        after: None,
-                        message: None,
-                        schema_change: Some(Arc::new(change)),
-                        source: source.clone(),
-                        index: 0,
-                    });
+                    out.push(schema_change_event(schema.clone(), change, source.clone()));
                 }
                 self.open_schemas.insert(
                     rel.oid,
@@ -537,6 +546,24 @@ impl EventConverter {
         };
         self.last = Some((rel.clone(), schema.clone()));
         schema
+    }
+}
+
+/// A schema-change event (index 0; numbered by the caller).
+fn schema_change_event(
+    table: Arc<TableSchema>,
+    change: SchemaChange,
+    source: SourceInfo,
+) -> ChangeEvent {
+    ChangeEvent {
+        op: Operation::SchemaChange,
+        table: Some(table),
+        before: None,
+        after: None,
+        message: None,
+        schema_change: Some(Arc::new(change)),
+        source,
+        index: 0,
     }
 }
 
@@ -614,5 +641,6 @@ fn message_event(
     }
 }
 
+mod ddl;
 #[cfg(test)]
 mod tests;

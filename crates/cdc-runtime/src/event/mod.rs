@@ -35,7 +35,7 @@ pub use row::Row;
 #[cfg(test)]
 pub(crate) use row::RowArena;
 pub(crate) use row::{decode_cell, Cell};
-pub use schema_change::{SchemaChange, SchemaChangeItem};
+pub use schema_change::{ExistingRows, SchemaChange, SchemaChangeItem};
 
 /// What happened to the row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -17,7 +17,9 @@
 //! This is exact for one DDL statement between two changes of the table.
 //! Several statements between the same two changes are summed up: a `DROP
 //! COLUMN` of the last column followed by an `ADD COLUMN` of the same type
-//! reads as a rename.
+//! reads as a rename. With DDL capture (see [`crate::ddl`]) each statement
+//! brings the table's columns after it, so the same inference runs once per
+//! statement, at the statement's LSN.
 
 use std::sync::Arc;
 
@@ -38,6 +40,8 @@ pub enum SchemaChangeItem {
     AddColumn {
         /// The new column.
         column: ColumnSchema,
+        /// What the rows that existed before hold in it.
+        existing_rows: ExistingRows,
     },
     /// A column was dropped.
     DropColumn {
@@ -84,6 +88,24 @@ impl SchemaChangeItem {
     }
 }
 
+/// What the rows that existed before a column was added hold in it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ExistingRows {
+    /// Not known (the change was inferred from a Relation message, without
+    /// DDL capture): the PostgreSQL sink leaves `NULL` there.
+    #[default]
+    Unknown,
+    /// `NULL` (the column was added without a default).
+    Null,
+    /// This value, in PostgreSQL's text form (a constant default, which
+    /// PostgreSQL stored once rather than writing every row).
+    Value(Arc<str>),
+    /// A value of their own (a volatile default or an identity column: the
+    /// table was rewritten, and the rewrite is not in the WAL stream). The
+    /// job reads the table again.
+    PerRow,
+}
+
 /// A schema change of one table: the payload of an
 /// [`Operation::SchemaChange`](super::Operation::SchemaChange) event, whose
 /// `table` is the schema in force from then on.
@@ -94,6 +116,10 @@ pub struct SchemaChange {
     /// What changed, in the order a follower applies it: table rename,
     /// dropped columns, renamed columns, type changes, added columns.
     pub items: Vec<SchemaChangeItem>,
+    /// The DDL statement's text, when DDL capture saw it (see
+    /// [`crate::ddl`]); `None` when the change was inferred from pgoutput's
+    /// Relation messages.
+    pub ddl: Option<Arc<str>>,
 }
 
 impl SchemaChange {
@@ -104,6 +130,7 @@ impl SchemaChange {
         (!items.is_empty()).then(|| SchemaChange {
             previous: previous.clone(),
             items,
+            ddl: None,
         })
     }
 }
@@ -210,9 +237,10 @@ fn diff(old: &TableSchema, new: &TableSchema) -> Vec<SchemaChangeItem> {
     }
     added.sort_unstable();
     let added = added.into_iter().filter_map(|j| {
-        new.columns
-            .get(j)
-            .map(|c| SchemaChangeItem::AddColumn { column: c.clone() })
+        new.columns.get(j).map(|c| SchemaChangeItem::AddColumn {
+            column: c.clone(),
+            existing_rows: ExistingRows::Unknown,
+        })
     });
     renames_table
         .into_iter()
@@ -252,7 +280,7 @@ mod tests {
             .iter()
             .map(|i| match i {
                 SchemaChangeItem::RenameTable { table, .. } => format!("rename_table {table}"),
-                SchemaChangeItem::AddColumn { column } => format!("add {}", column.name),
+                SchemaChangeItem::AddColumn { column, .. } => format!("add {}", column.name),
                 SchemaChangeItem::DropColumn { column } => format!("drop {}", column.name),
                 SchemaChangeItem::RenameColumn { from, to } => format!("rename {from}->{to}"),
                 SchemaChangeItem::AlterColumnType {

@@ -9,6 +9,7 @@ use cdc_core::{Lsn, TxnEvent};
 
 use super::session::Source;
 use super::{PipelineError, Shared};
+use crate::ddl::DDL_PREFIX;
 use crate::operators::Operator;
 use crate::signal::SIGNAL_PREFIX;
 use crate::snapshot::WATERMARK_PREFIX;
@@ -103,6 +104,11 @@ impl Source<'_> {
                 self.on_signal(&m.content, m.lsn);
                 0
             }
+            // Captured DDL: schema-change events at the statement's LSN.
+            TxnEvent::Change(cdc_core::Change::Message(m)) if m.prefix == DDL_PREFIX => {
+                self.on_ddl(&m.content, lsn)?
+            }
+            TxnEvent::Message(m) if m.prefix == DDL_PREFIX => 0,
             _ => {
                 let mut n = self.converter.handle(
                     event,
@@ -133,7 +139,11 @@ impl Source<'_> {
             self.pending.commit_end = Some(c.end_lsn);
             self.processed = self.processed.max(c.end_lsn);
             self.snapshot_on_commit(shared);
-            if let Some(coord) = shared.coordinator.as_mut() {
+            // Requests noted in this transaction are served after it; a
+            // checkpoint here would record a position past them without
+            // them, so the next boundary after serving captures instead.
+            let requests_waiting = !self.asked.is_empty();
+            if let Some(coord) = shared.coordinator.as_mut().filter(|_| !requests_waiting) {
                 if coord.wants_capture() {
                     if let Some(s) = &self.snapshot {
                         coord.set_snapshot(s.progress());
@@ -164,7 +174,11 @@ impl Source<'_> {
             return Ok(());
         };
         coord.tick();
-        if coord.wants_capture() && self.converter.open_transaction().is_none() && !self.skipping {
+        if coord.wants_capture()
+            && self.converter.open_transaction().is_none()
+            && !self.skipping
+            && self.asked.is_empty()
+        {
             let position = self.processed.max(self.idle_position);
             if !position.is_invalid() {
                 if let Some(s) = &self.snapshot {

@@ -104,6 +104,7 @@
 //!   the byte budget.
 
 mod convert;
+mod ddl;
 mod defaults;
 mod error;
 mod options;
@@ -306,6 +307,7 @@ impl Pipeline {
                 options.byte_budget,
             ),
             asked: Vec::new(),
+            snapshot_failure: None,
             appeared: Default::default(),
             partitions,
         };

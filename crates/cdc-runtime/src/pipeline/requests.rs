@@ -29,6 +29,18 @@ pub(super) enum Asked {
     Appeared { oid: Oid, name: TableRef, lsn: Lsn },
     /// A partition was attached to a published partitioned table.
     Attached(super::partitions::Attached),
+    /// A table still to be read changed its schema, or a read failed
+    /// (perhaps because it did): the reads take the current columns.
+    Refresh,
+    /// A column was added with a value per existing row (a volatile
+    /// default or an identity column), which the WAL stream does not carry:
+    /// the table is read again.
+    Rewritten {
+        oid: Oid,
+        name: TableRef,
+        column: String,
+        lsn: Lsn,
+    },
 }
 
 impl Source<'_> {
@@ -67,11 +79,20 @@ impl Source<'_> {
     }
 
     /// The pending events from `start` on: a change to a table the
-    /// snapshot does not know is a table that appeared in the publication.
+    /// snapshot does not know is a table that appeared in the publication;
+    /// a schema change of a table still to be read changes its reads.
     pub(super) fn note_new_tables(&mut self, start: usize, lsn: Lsn) {
         let Some(s) = self.snapshot.as_ref() else {
             return;
         };
+        for ev in &self.pending.events[start..] {
+            if let (Some(t), Some(_)) = (&ev.table, &ev.schema_change) {
+                if s.reads_pending(t.oid) && !self.asked.iter().any(|a| matches!(a, Asked::Refresh))
+                {
+                    self.asked.push(Asked::Refresh);
+                }
+            }
+        }
         for ev in &self.pending.events[start..] {
             let Some(t) = ev.table.as_ref() else {
                 continue;
@@ -175,6 +196,44 @@ impl Source<'_> {
                             return Err(e);
                         }
                     }
+                }
+                Asked::Refresh => {
+                    let failure = self.snapshot_failure.take();
+                    if !s.refresh(&published) {
+                        if let Some(e) = failure {
+                            // Not a schema change: the read failed for good.
+                            return Err(PipelineError::Snapshot(e));
+                        }
+                    } else if let Some(e) = failure {
+                        tracing::info!(error = %e, "a snapshot read failed because its table's schema changed; the chunks are read again");
+                    }
+                }
+                Asked::Rewritten {
+                    oid,
+                    name,
+                    column,
+                    lsn,
+                } => {
+                    let id = format!("ddl-{lsn}-{oid}");
+                    if s.has_request(&id) {
+                        continue;
+                    }
+                    let Some(t) = published.iter().find(|t| t.oid == oid) else {
+                        continue;
+                    };
+                    if t.key.is_empty() {
+                        tracing::warn!(table = %name, %column,
+                            "a column was added with a value per row, but the table has no primary key or replica identity index, so its rows cannot be read again while the stream runs; targets hold NULL in the column for rows that existed before");
+                        continue;
+                    }
+                    tracing::info!(table = %name, %column, %lsn,
+                        "a column was added with a value per row (volatile default or identity): reading the table again");
+                    s.add(t.for_request(TableRequest {
+                        id,
+                        filter: None,
+                        lsn,
+                    }));
+                    added = true;
                 }
                 Asked::Attached(a) => {
                     let id = format!("attach-{}-{}", a.root, a.leaf);

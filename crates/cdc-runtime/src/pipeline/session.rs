@@ -54,6 +54,10 @@ pub(super) struct Source<'o> {
     /// Tables to read, noted during conversion and served between
     /// transactions (see `requests`).
     pub(super) asked: Vec<super::requests::Asked>,
+    /// A snapshot read's failure, kept until the catalog says whether the
+    /// table's schema changed (then the read is done again) or not (then
+    /// it stops the job).
+    pub(super) snapshot_failure: Option<crate::snapshot::SnapshotError>,
     /// Tables that appeared while the job runs and were noted already.
     pub(super) appeared: std::collections::HashSet<cdc_core::Oid>,
     /// Watches the partitions of published partitioned tables.
@@ -209,7 +213,18 @@ impl Source<'_> {
                 Some(joined) = shared.tasks.join_next() => {
                     return Err(Shared::sink_failure(joined));
                 }
-                e = snapshot_failed(&mut self.snapshot) => return Err(PipelineError::Snapshot(e)),
+                e = snapshot_failed(&mut self.snapshot) => {
+                    if e.is_transient() {
+                        return Err(PipelineError::Snapshot(e));
+                    }
+                    // A read fails when its table's schema changed under
+                    // it: the catalog decides, between transactions.
+                    if self.snapshot_failure.is_none() {
+                        self.snapshot_failure = Some(e);
+                        self.asked.push(super::requests::Asked::Refresh);
+                    }
+                    self.serve_requests(shared).await?;
+                }
                 attached = super::partitions::next_attached(&mut self.partitions) => {
                     self.asked.push(super::requests::Asked::Attached(attached));
                     self.serve_requests(shared).await?;

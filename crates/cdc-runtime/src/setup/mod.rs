@@ -11,9 +11,12 @@ use crate::replication::{
 };
 use crate::source::{SourceOptions, TableRef};
 
+mod ddl;
 mod publication;
 mod signals;
 
+use ddl::ddl_capture;
+pub use ddl::DdlCapture;
 use publication::publication;
 pub use publication::PublicationChange;
 use signals::signal_table;
@@ -73,6 +76,10 @@ pub enum SetupError {
         /// What is wrong.
         problem: String,
     },
+    /// `capture_ddl = true`, but DDL capture is not installed and this
+    /// role may not install it.
+    #[error("source.capture_ddl = true needs the event triggers pgcdc_capture_ddl and pgcdc_capture_drop, and only a superuser may create event triggers: start pgcdc once as a superuser (it installs them and later runs need no superuser), or set source.capture_ddl = false")]
+    DdlCaptureNeedsSuperuser,
     /// A catalog query returned something unexpected.
     #[error("unexpected reply to {0}")]
     BadReply(&'static str),
@@ -103,6 +110,8 @@ pub struct SetupReport {
     pub publication: PublicationChange,
     /// The signal table.
     pub signals: SignalTable,
+    /// DDL capture.
+    pub ddl_capture: DdlCapture,
 }
 
 /// Whether [`prepare`] may create missing objects.
@@ -182,12 +191,18 @@ pub async fn prepare(
     } else {
         SignalTable::Off
     };
+    let ddl_capture = if source.capture_ddl {
+        ddl_capture(conn, version, mode).await?
+    } else {
+        DdlCapture::Off
+    };
     let created_slot = slot(conn, source, mode).await?;
     Ok(SetupReport {
         server_version_num: version,
         created_publication: change == PublicationChange::Created,
         publication: change,
         signals,
+        ddl_capture,
         created_slot,
     })
 }

@@ -102,6 +102,7 @@ impl SourceConfig {
         options.filters = self.table_filters()?;
         options.signals = self.signals;
         options.publish_via_partition_root = self.publish_via_partition_root;
+        options.capture_ddl = self.capture_ddl;
         options.heartbeat_interval = (self.heartbeat_interval_ms > 0)
             .then(|| Duration::from_millis(self.heartbeat_interval_ms));
         Ok(options)

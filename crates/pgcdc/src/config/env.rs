@@ -26,6 +26,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_SOURCE_START_LSN",
     "PGCDC_SOURCE_HEARTBEAT_INTERVAL_MS",
     "PGCDC_SOURCE_SIGNALS",
+    "PGCDC_SOURCE_CAPTURE_DDL",
     "PGCDC_SOURCE_PUBLISH_VIA_PARTITION_ROOT",
     "PGCDC_PIPELINE_BATCH_SIZE",
     "PGCDC_PIPELINE_BYTE_BUDGET",
@@ -207,6 +208,9 @@ impl Config {
         }
         if let Some(v) = var("signals") {
             s.signals = env_bool("PGCDC_SOURCE_SIGNALS", v)?;
+        }
+        if let Some(v) = var("capture_ddl") {
+            s.capture_ddl = env_bool("PGCDC_SOURCE_CAPTURE_DDL", v)?;
         }
         if let Some(v) = var("publish_via_partition_root") {
             s.publish_via_partition_root = env_bool("PGCDC_SOURCE_PUBLISH_VIA_PARTITION_ROOT", v)?;

@@ -378,7 +378,7 @@ fn a_schema_change_between_changes_of_one_transaction_comes_first() {
     assert_eq!(change.previous.columns.len(), 2);
     assert!(matches!(
         &change.items[..],
-        [SchemaChangeItem::AddColumn { column }] if &*column.name == "b"
+        [SchemaChangeItem::AddColumn { column, .. }] if &*column.name == "b"
     ));
     assert_eq!(names(&out[0]), ["id", "a"]);
     assert_eq!(
@@ -471,4 +471,166 @@ fn restored_versions_decide_what_a_restart_reports() {
         conv.handle(&ev, &cache, None, &mut out).unwrap();
     }
     assert_eq!(out.len(), 1);
+}
+
+/// A DDL message's content for table 20 `t` with `cols` (name, type,
+/// existing rows as the trigger reports them).
+fn ddl_of(name: &str, cols: &[(&str, Oid, &str)]) -> crate::ddl::CapturedDdl {
+    let columns: Vec<String> = cols
+        .iter()
+        .map(|&(n, t, existing)| {
+            let (has_missing, missing, per_row) = match existing {
+                "null" => ("false", "null".to_owned(), "false"),
+                "per_row" => ("false", "null".to_owned(), "true"),
+                v => ("true", format!("{v:?}"), "false"),
+            };
+            format!(
+                r#"{{"name":"{n}","type":{t},"typmod":-1,"key":{},"has_missing":{has_missing},"missing":{missing},"per_row":{per_row}}}"#,
+                n == "id"
+            )
+        })
+        .collect();
+    let json = format!(
+        r#"{{"tag":"ALTER TABLE","ddl":"alter table","tables":[{{"oid":20,"schema":"public","name":"{name}","column_lists":null,"columns":[{}]}}]}}"#,
+        columns.join(",")
+    );
+    crate::ddl::parse(json.as_bytes()).unwrap()
+}
+
+#[test]
+fn captured_ddl_is_reported_at_its_own_lsn_once() {
+    let mut cache = RelationCache::new();
+    let v1 = relation_with(&mut cache, "t", &[("id", types::INT4), ("a", types::TEXT)]);
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    for ev in [begin(1), insert_of(&v1, &[b"1", b"x"]), commit(1)] {
+        conv.handle(&ev, &cache, None, &mut out).unwrap();
+    }
+    out.clear();
+    // DROP COLUMN a; ADD COLUMN b text DEFAULT 'd' — two statements, two
+    // messages; without capture they would read as one rename.
+    conv.handle(&begin(2), &cache, None, &mut out).unwrap();
+    let drop = ddl_of("t", &[("id", types::INT4, "null")]);
+    let add = ddl_of("t", &[("id", types::INT4, "null"), ("b", types::TEXT, "d")]);
+    let pubs = vec!["p".to_owned()];
+    assert_eq!(
+        conv.captured_ddl(&drop, &pubs, Lsn::from_u64(0x10), &mut out)
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        conv.captured_ddl(&add, &pubs, Lsn::from_u64(0x20), &mut out)
+            .unwrap(),
+        1
+    );
+    // The server's Relation before the next change matches: no third event.
+    let v2 = relation_with(&mut cache, "t", &[("id", types::INT4), ("b", types::TEXT)]);
+    for ev in [insert_of(&v2, &[b"2", b"y"]), commit(2)] {
+        conv.handle(&ev, &cache, None, &mut out).unwrap();
+    }
+    let ops: Vec<Operation> = out.iter().map(|e| e.op).collect();
+    assert_eq!(
+        ops,
+        [
+            Operation::SchemaChange,
+            Operation::SchemaChange,
+            Operation::Create
+        ]
+    );
+    assert_eq!(out.iter().map(|e| e.index).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(out[0].source.lsn, Lsn::from_u64(0x10));
+    let items = |i: usize| out[i].schema_change.as_ref().unwrap().items.clone();
+    assert!(
+        matches!(&items(0)[..], [SchemaChangeItem::DropColumn { column }] if &*column.name == "a")
+    );
+    assert!(matches!(
+        &items(1)[..],
+        [SchemaChangeItem::AddColumn { column, existing_rows: crate::event::ExistingRows::Value(v) }]
+            if &*column.name == "b" && &**v == "d"
+    ));
+    assert_eq!(
+        out[1].schema_change.as_ref().unwrap().ddl.as_deref(),
+        Some("alter table")
+    );
+}
+
+#[test]
+fn captured_drop_table_forgets_the_table_at_commit() {
+    let mut cache = RelationCache::new();
+    let v1 = relation_with(&mut cache, "t", &[("id", types::INT4), ("a", types::TEXT)]);
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    for ev in [begin(1), insert_of(&v1, &[b"1", b"x"]), commit(1)] {
+        conv.handle(&ev, &cache, None, &mut out).unwrap();
+    }
+    out.clear();
+    let drop = crate::ddl::parse(
+        br#"{"tag":"DROP TABLE","ddl":"drop table t","dropped":[{"oid":20,"schema":"public","name":"t"},{"oid":99,"schema":"public","name":"unknown"}]}"#,
+    )
+    .unwrap();
+    conv.handle(&begin(2), &cache, None, &mut out).unwrap();
+    let n = conv
+        .captured_ddl(&drop, &[], Lsn::from_u64(0x10), &mut out)
+        .unwrap();
+    assert_eq!(n, 1, "only the known table");
+    assert_eq!(
+        out[0].schema_change.as_ref().unwrap().items,
+        [SchemaChangeItem::DropTable]
+    );
+    assert_eq!(out[0].table.as_ref().unwrap().columns.len(), 2);
+    conv.handle(&commit(2), &cache, None, &mut out).unwrap();
+    assert!(conv.relation_versions().is_empty());
+    // Outside a transaction a DDL message is an error, not a panic.
+    assert!(conv
+        .captured_ddl(&drop, &[], Lsn::from_u64(0x20), &mut out)
+        .is_err());
+}
+
+#[test]
+fn captured_ddl_of_a_column_listed_table_is_left_to_the_relation() {
+    let mut cache = RelationCache::new();
+    let v1 = relation_with(&mut cache, "t", &[("id", types::INT4), ("a", types::TEXT)]);
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    for ev in [begin(1), insert_of(&v1, &[b"1", b"x"]), commit(1), begin(2)] {
+        conv.handle(&ev, &cache, None, &mut out).unwrap();
+    }
+    let mut add = ddl_of(
+        "t",
+        &[
+            ("id", types::INT4, "null"),
+            ("a", types::TEXT, "null"),
+            ("b", types::TEXT, "per_row"),
+        ],
+    );
+    add.tables[0].column_lists = vec!["p".to_owned()];
+    let n = conv
+        .captured_ddl(&add, &["p".to_owned()], Lsn::from_u64(0x10), &mut out)
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn captured_ddl_after_the_change_that_announced_it_completes_its_event() {
+    let mut cache = RelationCache::new();
+    let v1 = relation_with(&mut cache, "t", &[("id", types::INT4)]);
+    let mut conv = EventConverter::new("db", "slot");
+    let mut out = Vec::new();
+    for ev in [begin(1), insert_of(&v1, &[b"1"]), commit(1), begin(2)] {
+        conv.handle(&ev, &cache, None, &mut out).unwrap();
+    }
+    // The insert (a subtransaction's) comes first at the message's LSN.
+    let v2 = relation_with(&mut cache, "t", &[("id", types::INT4), ("c", types::INT4)]);
+    let at = Lsn::from_u64(0x90);
+    conv.handle(&insert_of(&v2, &[b"2", b"5"]), &cache, Some(at), &mut out)
+        .unwrap();
+    let add = ddl_of("t", &[("id", types::INT4, "null"), ("c", types::INT4, "5")]);
+    let n = conv.captured_ddl(&add, &[], at, &mut out).unwrap();
+    assert_eq!(n, 0, "no second event");
+    let change = out[1].schema_change.as_ref().unwrap();
+    assert_eq!(change.ddl.as_deref(), Some("alter table"));
+    assert!(matches!(
+        &change.items[..],
+        [SchemaChangeItem::AddColumn { existing_rows: crate::event::ExistingRows::Value(v), .. }] if &**v == "5"
+    ));
 }

@@ -7,7 +7,7 @@
 //!
 //! | change | on the target |
 //! |---|---|
-//! | add column | `ADD COLUMN IF NOT EXISTS c <type>` (no default: existing rows get `NULL`) |
+//! | add column | `ADD COLUMN IF NOT EXISTS c <type>`; with DDL capture and a constant default, existing rows get the source's value (`DEFAULT v` then `DROP DEFAULT`) |
 //! | drop column | kept (`DROP NOT NULL`) or `DROP COLUMN IF EXISTS`, per [`DroppedColumns`] |
 //! | rename column | `RENAME COLUMN` unless the new name is there already |
 //! | column type | `ALTER COLUMN c TYPE <type> USING c::<type>` |
@@ -20,7 +20,8 @@
 //! involving one stops the sink with the fix.
 
 use super::*;
-use crate::event::{SchemaChange, SchemaChangeItem};
+use crate::event::{ExistingRows, SchemaChange, SchemaChangeItem};
+use cdc_core::sql::quote_literal;
 
 /// The first oid PostgreSQL gives to user-defined objects.
 const FIRST_NORMAL_OBJECT_ID: u32 = 16_384;
@@ -135,7 +136,10 @@ impl PgTableSink {
                 }
                 Ok(())
             }
-            SchemaChangeItem::AddColumn { column } => {
+            SchemaChangeItem::AddColumn {
+                column,
+                existing_rows,
+            } => {
                 let what = quote_ident(&column.name);
                 let ty = self
                     .type_name(column.type_oid, column.type_modifier)
@@ -150,7 +154,24 @@ impl PgTableSink {
                             format!("add column {what} to {quoted} on the target by hand, then restart"),
                         )
                     })?;
-                let sql = format!("ALTER TABLE {quoted} ADD COLUMN IF NOT EXISTS {what} {ty}");
+                let sql = match existing_rows {
+                    // The rows there already get the value the source's
+                    // rows got, stored once as PostgreSQL does for a
+                    // constant default; the target keeps no default.
+                    ExistingRows::Value(v) => {
+                        if self.column(target, &column.name).await?.is_some() {
+                            return Ok(()); // added before
+                        }
+                        format!(
+                            "ALTER TABLE {quoted} ADD COLUMN {what} {ty} DEFAULT {}::{ty}; \
+                             ALTER TABLE {quoted} ALTER COLUMN {what} DROP DEFAULT",
+                            quote_literal(v)
+                        )
+                    }
+                    // NULL, unknown, or values per row that a read of the
+                    // table brings next.
+                    _ => format!("ALTER TABLE {quoted} ADD COLUMN IF NOT EXISTS {what} {ty}"),
+                };
                 run(
                     sql,
                     what.clone(),
