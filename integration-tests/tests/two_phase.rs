@@ -158,6 +158,17 @@ type RunHandle = (
 /// Runs a pipeline on `slot` (asking for pgoutput `proto_version`) into a
 /// file sink at `base`.
 async fn run_pipeline(db: &TestDatabase, slot: &str, proto_version: u32, base: &Path) -> RunHandle {
+    run_pipeline_tuned(db, slot, proto_version, base, |_| {}).await
+}
+
+/// [`run_pipeline`] with options changed by `tune`.
+async fn run_pipeline_tuned(
+    db: &TestDatabase,
+    slot: &str,
+    proto_version: u32,
+    base: &Path,
+    tune: impl FnOnce(&mut PipelineOptions),
+) -> RunHandle {
     let text = format!(
         "{}\n[[sinks]]\ntype = \"null\"\n",
         db.source_toml(&["ledger"], slot, &format!("{slot}_pub"))
@@ -177,6 +188,7 @@ async fn run_pipeline(db: &TestDatabase, slot: &str, proto_version: u32, base: &
         max: Duration::from_millis(500),
         max_attempts: Some(20),
     };
+    tune(&mut o);
     let sink = FileSink::open(
         FileSinkOptions {
             path: base.to_owned(),
@@ -274,6 +286,145 @@ async fn protocol_2_on_a_two_phase_slot() {
 #[tokio::test]
 async fn protocol_3_on_a_two_phase_slot() {
     prepared_rows_arrive_once_at_commit_prepared(3).await;
+}
+
+/// A prepared transaction larger than the server's
+/// `logical_decoding_work_mem`: under protocol 1 the server spills it and
+/// sends it whole; under 2 and 3 it streams it in blocks, which pgcdc
+/// holds (spilling to its own files past a small `byte_budget`) until
+/// COMMIT PREPARED. Every row arrives once, after the plain row committed
+/// in between.
+async fn a_large_prepared_transaction_arrives_once(proto_version: u32) {
+    let slot = format!("twophase_big_v{proto_version}");
+    let (db, client) = two_phase_database(&slot).await;
+    client
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{}\" SET logical_decoding_work_mem = '64kB'",
+            db.name()
+        ))
+        .await
+        .unwrap();
+    let dir = temp_dir(&slot);
+    let base = dir.join("out.jsonl");
+    let spill = dir.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let spill_dir = spill.clone();
+    let (stop, task, _progress) = run_pipeline_tuned(&db, &slot, proto_version, &base, |o| {
+        o.byte_budget = 16 * 1024;
+        o.spill_dir = spill_dir;
+    })
+    .await;
+    let rows = 3_000;
+    client
+        .batch_execute(&format!(
+            "BEGIN; INSERT INTO ledger SELECT 1000 + i, repeat('x', 200) FROM generate_series(1, {rows}) i; \
+             PREPARE TRANSACTION '{slot}_big';"
+        ))
+        .await
+        .unwrap();
+    insert(&client, 2).await;
+    await_ids(&base, "the plain row", |ids| ids.contains(&2)).await;
+    assert!(
+        !inserted_ids(&read_lines(&base)).contains(&1001),
+        "a prepared row arrived before COMMIT PREPARED"
+    );
+    client
+        .batch_execute(&format!("COMMIT PREPARED '{slot}_big'"))
+        .await
+        .unwrap();
+    await_ids(&base, "the prepared rows", |ids| {
+        ids.contains(&(1000 + rows))
+    })
+    .await;
+    // The server did stream it (2, 3) or spill it (1).
+    let column = if proto_version >= 2 {
+        "stream_txns"
+    } else {
+        "spill_txns"
+    };
+    eventually("the slot's statistics", TIMEOUT, || async {
+        let n: i64 = client
+            .query_one(
+                &format!("SELECT {column} FROM pg_stat_replication_slots WHERE slot_name = $1"),
+                &[&slot],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (n > 0).then_some(())
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    let ids = inserted_ids(&read_lines(&base));
+    assert_eq!(ids.len(), rows as usize + 1, "every row once");
+    assert_eq!(ids[0], 2, "the plain row committed first");
+    assert!(ids[1..].iter().copied().eq(1001..=(1000 + rows)));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The connection drops between PREPARE and COMMIT PREPARED and the
+/// pipeline reconnects in the same process: the prepared row arrives once.
+#[tokio::test]
+async fn a_reconnect_between_prepare_and_commit_prepared_delivers_once() {
+    let slot = "twophase_reconnect";
+    let (db, client) = two_phase_database(slot).await;
+    let dir = temp_dir(slot);
+    let base = dir.join("out.jsonl");
+    let (stop, task, _progress) = run_pipeline(&db, slot, 3, &base).await;
+    prepare(&client, 1, "reconnect_commit").await;
+    insert(&client, 2).await;
+    await_ids(&base, "the plain row", |ids| ids == [2]).await;
+    let pid: i32 = client
+        .query_one(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    client
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    eventually("the pipeline to reconnect", TIMEOUT, || async {
+        let row = client
+            .query_one(
+                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap();
+        row.get::<_, Option<i32>>(0)
+            .filter(|p| *p != pid)
+            .map(|_| ())
+    })
+    .await;
+    client
+        .batch_execute("COMMIT PREPARED 'reconnect_commit'")
+        .await
+        .unwrap();
+    insert(&client, 3).await;
+    await_ids(&base, "the row after the commit", |ids| ids.contains(&3)).await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    assert_eq!(inserted_ids(&read_lines(&base)), [2, 1, 3], "once each");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_large_prepared_transaction_under_protocol_1() {
+    a_large_prepared_transaction_arrives_once(1).await;
+}
+
+#[tokio::test]
+async fn a_large_prepared_transaction_streamed_under_protocol_2() {
+    a_large_prepared_transaction_arrives_once(2).await;
+}
+
+#[tokio::test]
+async fn a_large_prepared_transaction_streamed_under_protocol_3() {
+    a_large_prepared_transaction_arrives_once(3).await;
 }
 
 #[tokio::test]
