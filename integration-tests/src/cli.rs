@@ -44,8 +44,9 @@ pub fn pgcdc_binary() -> Result<PathBuf> {
 }
 
 /// A `pgcdc` command with a clean environment: no `PGCDC_SOURCE_*` or
-/// `PGCDC_PIPELINE_*` overrides leak in from the caller's environment, and
-/// `RUST_LOG` is `info` unless given.
+/// `PGCDC_PIPELINE_*` overrides leak in from the caller's environment,
+/// `RUST_LOG` is `info` unless given, and the monitoring endpoint takes any
+/// free port (`PGCDC_METRICS_LISTEN=:0`).
 fn command(args: &[&str]) -> Result<tokio::process::Command> {
     let mut cmd = tokio::process::Command::new(pgcdc_binary()?);
     for (name, _) in std::env::vars_os() {
@@ -53,7 +54,10 @@ fn command(args: &[&str]) -> Result<tokio::process::Command> {
             cmd.env_remove(&name);
         }
     }
+    // Tests run in parallel on one host: each job's monitoring endpoint
+    // takes a free port instead of the default 9187.
     cmd.env("RUST_LOG", "info")
+        .env("PGCDC_METRICS_LISTEN", ":0")
         .args(args)
         .stdin(Stdio::null())
         .kill_on_drop(true);

@@ -719,6 +719,7 @@ async fn from_checkpoint_resumes_from_an_older_one_and_drops_the_newer() {
             &config,
             &RunOptions {
                 from_checkpoint: Some(from),
+                ..RunOptions::default()
             },
             async move {
                 let _ = stopped.await;
@@ -757,6 +758,7 @@ async fn from_checkpoint_resumes_from_an_older_one_and_drops_the_newer() {
         &job.config,
         &RunOptions {
             from_checkpoint: checkpoint_api::CheckpointId::new(9999),
+            ..RunOptions::default()
         },
         std::future::pending(),
     )

@@ -872,6 +872,7 @@ async fn run_pgcdc_with_env(args: &[&str], env: &[(&str, &str)]) -> std::process
         }
     }
     cmd.env("RUST_LOG", "info")
+        .env("PGCDC_METRICS_LISTEN", ":0")
         .envs(env.iter().copied())
         .args(args)
         .stdin(std::process::Stdio::null())

@@ -37,6 +37,7 @@ fn spawn(config: &PathBuf, log: &PathBuf) -> Child {
     Command::new(integration_tests::pgcdc_binary().unwrap())
         .args(["run", "--config"])
         .arg(config)
+        .env("PGCDC_METRICS_LISTEN", ":0")
         .env(
             "RUST_LOG",
             std::env::var("PGCDC_TEST_LOG").unwrap_or_else(|_| "info".into()),

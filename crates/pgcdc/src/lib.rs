@@ -25,6 +25,7 @@
 
 pub mod config;
 pub mod exit;
+pub mod http;
 pub mod inspect;
 pub mod logging;
 pub mod quickstart;
@@ -42,6 +43,9 @@ use checkpoint_api::CheckpointId;
 pub struct RunOptions {
     /// Resume from this retained checkpoint instead of the newest.
     pub from_checkpoint: Option<CheckpointId>,
+    /// Keep these metrics and health up to date (serve them with
+    /// [`http::start`]).
+    pub monitor: Option<cdc_runtime::monitor::Monitor>,
 }
 
 /// Runs the job `config` describes until `shutdown` completes, as `pgcdc
@@ -54,6 +58,9 @@ pub async fn run(
     let mut builder = config.job_builder().map_err(config_error)?;
     if let Some(id) = options.from_checkpoint {
         builder = builder.from_checkpoint(id);
+    }
+    if let Some(m) = &options.monitor {
+        builder = builder.monitor(m.clone());
     }
     builder.build()?.run(shutdown).await
 }

@@ -246,9 +246,17 @@ async fn run(config: &Config, from_checkpoint: Option<u64>) -> Result<(), Failur
                 .ok_or_else(|| Failure::new(ExitKind::Config, "--from-checkpoint: ids start at 1"))
         })
         .transpose()?;
+    let monitor = cdc_runtime::monitor::Monitor::new();
+    // Bound before the job starts: a taken port stops start-up here.
+    let _endpoint = pgcdc::http::start(&config.metrics.listen, monitor.clone())
+        .await
+        .map_err(|e| Failure::new(ExitKind::Config, e))?;
     pgcdc::run(
         config,
-        &pgcdc::RunOptions { from_checkpoint },
+        &pgcdc::RunOptions {
+            from_checkpoint,
+            monitor: Some(monitor),
+        },
         shutdown_signal(),
     )
     .await?;

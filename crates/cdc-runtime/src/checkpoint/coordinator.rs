@@ -86,6 +86,8 @@ pub(crate) struct Coordinator {
     in_sink: bool,
     /// When the saves are summarised at INFO.
     summary: SaveSummary,
+    /// Metrics and health, when monitored.
+    monitor: Option<crate::monitor::Monitor>,
 }
 
 /// Summarises saves at INFO at most once per [`SaveSummary::EVERY`]: the
@@ -144,6 +146,7 @@ impl Coordinator {
                 .map(|c| c.relations.clone())
                 .unwrap_or_default(),
             in_sink: false,
+            monitor: None,
             summary: SaveSummary::default(),
             opts,
         }
@@ -330,6 +333,11 @@ impl Coordinator {
 
     /// Applies the outcome of a save: on success the slot may move; on
     /// failure the next interval retries. Only fencing is fatal.
+    /// Reports saves to `monitor`.
+    pub(crate) fn set_monitor(&mut self, monitor: crate::monitor::Monitor) {
+        self.monitor = Some(monitor);
+    }
+
     fn finish(
         &mut self,
         result: Result<CheckpointMeta, CheckpointError>,
@@ -353,6 +361,17 @@ impl Coordinator {
                 self.stats.last_id = Some(saved.id);
                 self.stats.last_lsn = saved.commit_end_lsn;
                 self.stats.last_saved_at = Some(std::time::SystemTime::now());
+                if let Some(m) = &self.monitor {
+                    m.metrics
+                        .checkpoint_duration
+                        .observe(self.last_taken.elapsed().as_secs_f64());
+                    m.metrics
+                        .checkpoint_size_bytes
+                        .set(i64::try_from(saved.stored_bytes).unwrap_or(i64::MAX));
+                    m.metrics.checkpoints_saved.inc();
+                    m.metrics.checkpoint_saved_at(std::time::SystemTime::now());
+                    m.health.checkpoint_saved(Instant::now());
+                }
                 tracing::debug!(
                     id = %saved.id,
                     lsn = %saved.commit_end_lsn,
@@ -376,6 +395,9 @@ impl Coordinator {
             Err(e) if is_fatal(&e) => Err(e),
             Err(e) => {
                 self.stats.failed += 1;
+                if let Some(m) = &self.monitor {
+                    m.metrics.checkpoints_failed.inc();
+                }
                 if let CheckpointError::Regressed {
                     regression: Regression::Id { latest, .. },
                     ..

@@ -104,7 +104,7 @@ pub(super) enum JobSink {
 }
 
 impl JobSink {
-    fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> &'static str {
         match self {
             JobSink::Open(SinkOptions::Stdout { .. }) => "stdout",
             JobSink::Open(SinkOptions::File { .. }) => "file",
@@ -124,6 +124,7 @@ pub struct JobBuilder {
     pub(super) snapshot: SnapshotSettings,
     pub(super) tuning: PipelineTuning,
     pub(super) from_checkpoint: Option<CheckpointId>,
+    pub(super) monitor: Option<crate::monitor::Monitor>,
 }
 
 impl std::fmt::Debug for JobBuilder {
@@ -160,6 +161,7 @@ impl JobBuilder {
             snapshot: SnapshotSettings::default(),
             tuning: PipelineTuning::default(),
             from_checkpoint: None,
+            monitor: None,
         }
     }
 
@@ -212,6 +214,13 @@ impl JobBuilder {
     /// ones are deleted).
     pub fn from_checkpoint(mut self, id: CheckpointId) -> Self {
         self.from_checkpoint = Some(id);
+        self
+    }
+
+    /// Keeps `monitor`'s metrics and health up to date while the job runs
+    /// (see [`crate::monitor`]).
+    pub fn monitor(mut self, monitor: crate::monitor::Monitor) -> Self {
+        self.monitor = Some(monitor);
         self
     }
 

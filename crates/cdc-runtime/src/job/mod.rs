@@ -37,6 +37,7 @@
 mod builder;
 mod heartbeat;
 mod lock;
+mod slot_watch;
 mod status_log;
 mod store;
 
@@ -153,6 +154,7 @@ impl Job {
             status_log_interval,
             _lock,
             _heartbeat,
+            _slot_watch,
         }) = started
         else {
             return Ok(Progress::default());
@@ -216,6 +218,7 @@ struct Started {
     status_log_interval: Option<std::time::Duration>,
     _lock: Option<JobLock>,
     _heartbeat: Option<AbortOnDrop>,
+    _slot_watch: Option<AbortOnDrop>,
 }
 
 /// Everything before streaming: the slot's state, the lock and lease,
@@ -231,6 +234,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         snapshot: snapshot_settings,
         tuning,
         from_checkpoint,
+        monitor,
     } = builder;
     let mode = snapshot_settings.mode;
     let rc = source.replication.clone();
@@ -313,6 +317,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     )
     .await?;
 
+    let sink_kinds: Vec<String> = job_sinks.iter().map(|s| s.kind().to_owned()).collect();
     let mut sinks: Vec<Box<dyn crate::sinks::Sink>> = Vec::with_capacity(job_sinks.len());
     for s in job_sinks {
         match s {
@@ -344,6 +349,22 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     }
     po.status_interval = tuning.status_interval;
     po.channel_capacity = tuning.channel_capacity;
+    po.monitor = monitor.clone();
+    let slot_watch = monitor.as_ref().map(|m| {
+        let kinds: Vec<&str> = sink_kinds.iter().map(String::as_str).collect();
+        m.health.set_sinks(&kinds);
+        for (i, k) in kinds.iter().enumerate() {
+            m.metrics.set_sink(i, k);
+        }
+        if let Some(cc) = &checkpoints {
+            m.health.set_checkpoint_interval(cc.interval);
+        }
+        AbortOnDrop(tokio::spawn(slot_watch::watch(
+            rc.clone(),
+            source.slot.clone(),
+            m.metrics.clone(),
+        )))
+    });
 
     let mut _lock = None;
     let mut pipeline = match checkpointing {
@@ -386,6 +407,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         status_log_interval: tuning.status_log_interval,
         _lock,
         _heartbeat: heartbeat,
+        _slot_watch: slot_watch,
     }))
 }
 

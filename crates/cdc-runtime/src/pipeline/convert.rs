@@ -137,6 +137,9 @@ impl Source<'_> {
                 added += self.commit_operators(&mut ctx)?;
             }
             self.pending.commit_end = Some(c.end_lsn);
+            if shared.monitor.is_some() {
+                self.pending.commit_times.push(c.commit_time);
+            }
             self.processed = self.processed.max(c.end_lsn);
             self.snapshot_on_commit(shared);
             // Requests noted in this transaction are served after it; a

@@ -201,6 +201,12 @@ struct Shared {
     reconnects: u32,
     snapshot: SnapshotState,
     progress: watch::Sender<Progress>,
+    /// Metrics and health, when monitored.
+    monitor: Option<crate::monitor::Monitor>,
+    /// The server's WAL end, from XLogData and keepalives.
+    server_wal_end: Lsn,
+    /// Counts shipped events by table and operation.
+    event_counts: crate::monitor::EventCounts,
 }
 
 impl Pipeline {
@@ -259,8 +265,11 @@ impl Pipeline {
         if sinks.is_empty() {
             return Err(PipelineError::NoSinks);
         }
-        let coordinator =
+        let mut coordinator =
             checkpoints.map(|c| Coordinator::new(c, &options.slot, &options.publications));
+        if let (Some(c), Some(m)) = (coordinator.as_mut(), options.monitor.as_ref()) {
+            c.set_monitor(m.clone());
+        }
         let mut start = options.start_lsn;
         let mut lsn = LsnProgress::new(sinks.len(), coordinator.is_some());
         if let Some(resume) = coordinator.as_ref().and_then(Coordinator::resume) {
@@ -269,7 +278,10 @@ impl Pipeline {
             start = Some(position);
             lsn.handle_resume(position);
         }
-        let snapshot = snapshot_bridge::start_snapshot(snapshot, coordinator.as_ref())?;
+        let mut snapshot = snapshot_bridge::start_snapshot(snapshot, coordinator.as_ref())?;
+        if let (Some(s), Some(m)) = (snapshot.as_mut(), options.monitor.as_ref()) {
+            s.monitor = Some(m.clone());
+        }
         let partitions = snapshot.as_ref().and_then(|s| {
             partitions::PartitionWatch::spawn(s.client_settings().clone(), s.partitioned_tables())
         });
@@ -285,6 +297,9 @@ impl Pipeline {
             reconnects: 0,
             snapshot: snapshot_state,
             progress,
+            monitor: options.monitor.clone(),
+            server_wal_end: Lsn::INVALID,
+            event_counts: crate::monitor::EventCounts::default(),
         };
         shared.spawn_sinks(sinks, options.channel_capacity)?;
         let mut source = Source {
@@ -311,6 +326,10 @@ impl Pipeline {
             appeared: Default::default(),
             partitions,
         };
+        source.spill.spilled = options
+            .monitor
+            .as_ref()
+            .map(|m| m.metrics.spilled_bytes.clone());
         if let Some(resume) = shared.coordinator.as_ref().and_then(Coordinator::resume) {
             // The schemas in force at the resumed position: the replay is
             // compared with them, so no schema change is missed or repeated.

@@ -87,6 +87,8 @@ pub struct PipelineOptions {
     /// messages. It adds at most this much latency, and only while data
     /// keeps arriving in small pieces. Zero: read again at once.
     pub read_pause: Duration,
+    /// Metrics and health to keep up to date (see [`crate::monitor`]).
+    pub monitor: Option<crate::monitor::Monitor>,
 }
 
 /// See [`PipelineOptions::read_pause`].
@@ -116,6 +118,7 @@ impl PipelineOptions {
             receive_timeout: Some(Duration::from_secs(90)),
             backoff: Backoff::default(),
             read_pause: Duration::from_millis(1),
+            monitor: None,
         }
     }
 }

@@ -98,6 +98,10 @@ impl Source<'_> {
                     tracing::warn!(error = %e, attempt, delay_ms = delay.as_millis() as u64,
                         resume_from = %shared.lsn.confirmed(), "replication interrupted; reconnecting");
                     shared.reconnects = shared.reconnects.saturating_add(1);
+                    if let Some(m) = &shared.monitor {
+                        m.metrics.reconnects.inc();
+                        m.health.disconnected(&e.to_string());
+                    }
                     shared.publish();
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
@@ -105,6 +109,9 @@ impl Source<'_> {
                     }
                 }
                 Err(e) => {
+                    if let Some(m) = &shared.monitor {
+                        m.health.disconnected(&e.to_string());
+                    }
                     shared.senders.clear();
                     shared.tasks.abort_all();
                     return Err(e);
@@ -155,6 +162,9 @@ impl Source<'_> {
             shared.lsn.handle_two_phase_slot();
         }
         self.started = true;
+        if let Some(m) = &shared.monitor {
+            m.health.connected(std::time::Instant::now());
+        }
         let proto = pgoutput.get_proto_version();
         if let Some(c) = shared.coordinator.as_mut() {
             c.set_protocol(ProtocolOptions {
@@ -287,6 +297,7 @@ impl Source<'_> {
             ReplicationMessage::PrimaryKeepalive(k) => {
                 tracing::trace!(slot = %self.options.slot, wal_end = %k.wal_end, reply = k.reply_requested, open = ?self.converter.open_transaction(), "keepalive");
                 shared.lsn.handle_keepalive(k.wal_end);
+                shared.server_wal_end = shared.server_wal_end.max(k.wal_end);
                 // Between transactions everything before the server's
                 // position has been sent: a checkpoint may record it.
                 if self.converter.open_transaction().is_none()
@@ -302,6 +313,7 @@ impl Source<'_> {
             }
             ReplicationMessage::XLogData(x) => {
                 tracing::trace!(slot = %self.options.slot, wal_start = %x.wal_start, wal_end = %x.wal_end, "xlogdata");
+                shared.server_wal_end = shared.server_wal_end.max(x.wal_end);
                 shared.lsn.handle_xlog_data(x.wal_start);
                 if let Some(c) = shared.coordinator.as_mut() {
                     c.add_bytes(x.data.len());

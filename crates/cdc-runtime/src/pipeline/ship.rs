@@ -24,6 +24,9 @@ use crate::sinks::{Sink, SinkError};
 pub(super) struct Pending {
     pub(super) events: Vec<ChangeEvent>,
     pub(super) commit_end: Option<Lsn>,
+    /// Commit times of the transactions that end in `events`, for the
+    /// commit-to-flush latency.
+    pub(super) commit_times: Vec<cdc_core::PgTimestamp>,
     /// How many of `events` belong to committed transactions (or are
     /// non-transactional messages); the rest belong to the open one.
     pub(super) committed: usize,
@@ -83,9 +86,13 @@ impl Source<'_> {
         // one allocation per batch instead of the doublings of a `Vec`
         // grown from empty, each copying the events so far.
         self.pending.events = Vec::with_capacity(pending.events.len().min(self.options.batch_size));
+        if let Some(m) = &shared.monitor {
+            shared.event_counts.count(&m.metrics, &pending.events);
+        }
         let batch = Arc::new(Batch {
             events: pending.events,
             commit_end: pending.commit_end,
+            commit_times: pending.commit_times,
             checkpoint: pending.checkpoint,
         });
         // Events of a transaction not yet committed carry on into the next
@@ -130,11 +137,15 @@ impl Shared {
             let (tx, rx) = mpsc::channel(capacity.max(1));
             let (ack_tx, ack_rx) = watch::channel(Lsn::INVALID);
             let acked = self.acked.clone();
+            let watch = self
+                .monitor
+                .as_ref()
+                .map(|m| crate::monitor::SinkWatch::new(i, m.clone()));
             if committing == Some(i) {
                 self.tasks
-                    .spawn(run_committing_sink(sink, rx, ack_tx, acked, peers));
+                    .spawn(run_committing_sink(sink, rx, ack_tx, acked, peers, watch));
             } else {
-                self.tasks.spawn(run_sink(sink, rx, ack_tx, acked));
+                self.tasks.spawn(run_sink(sink, rx, ack_tx, acked, watch));
             }
             self.senders.push(tx);
             self.acks.push(ack_rx);
@@ -178,6 +189,7 @@ impl Shared {
         let batch = Arc::new(Batch {
             events: Vec::new(),
             commit_end: None,
+            commit_times: Vec::new(),
             checkpoint: Some((0, save)),
         });
         for tx in &self.senders {

@@ -39,6 +39,7 @@ use tokio::sync::{mpsc, watch, Notify};
 
 use crate::checkpoint::InSinkSave;
 use crate::event::ChangeEvent;
+use crate::monitor::SinkWatch;
 use crate::sinks::{Sink, SinkError};
 
 use super::Backoff;
@@ -60,6 +61,9 @@ pub(crate) struct Batch {
     /// The end LSN of the last transaction whose events are all in this or
     /// earlier batches, if a commit was seen since the previous batch.
     pub(crate) commit_end: Option<Lsn>,
+    /// Commit times of the transactions that end in this batch (kept only
+    /// when the pipeline is monitored).
+    pub(crate) commit_times: Vec<cdc_core::PgTimestamp>,
     /// A checkpoint for the sink that commits checkpoints, taken after the
     /// first `.0` events (the others ignore it).
     pub(crate) checkpoint: Option<(usize, Arc<InSinkSave>)>,
@@ -109,11 +113,14 @@ struct Retrying {
     failures: u32,
     /// Transient errors recovered from, for the log.
     recovered: u64,
+    /// Metrics and health, when monitored.
+    watch: Option<SinkWatch>,
 }
 
 impl Retrying {
-    fn new(sink: Box<dyn Sink>, policy: SinkRetry) -> Self {
+    fn new(sink: Box<dyn Sink>, policy: SinkRetry, watch: Option<SinkWatch>) -> Self {
         Retrying {
+            watch,
             resettable: sink.can_reset(),
             sink,
             policy,
@@ -176,6 +183,9 @@ impl Retrying {
             match self.sink.flush().await {
                 Ok(()) => {
                     self.durable();
+                    if let Some(w) = self.watch.as_mut() {
+                        w.flushed();
+                    }
                     return Ok(());
                 }
                 Err(e) => {
@@ -191,7 +201,22 @@ impl Retrying {
     /// stops the task: a permanent one, a transient one when nothing could
     /// be kept for a replay or the sink cannot reset, or
     /// [`SinkError::RetriesExhausted`].
-    async fn recover(&mut self, mut error: SinkError, mut fault: Fault) -> Result<(), SinkError> {
+    async fn recover(&mut self, error: SinkError, fault: Fault) -> Result<(), SinkError> {
+        let result = self.recover_inner(error, fault).await;
+        if let Some(w) = &self.watch {
+            match &result {
+                Ok(()) => w.recovered(),
+                Err(e) => w.failed(e),
+            }
+        }
+        result
+    }
+
+    async fn recover_inner(
+        &mut self,
+        mut error: SinkError,
+        mut fault: Fault,
+    ) -> Result<(), SinkError> {
         loop {
             if fault == Fault::Permanent || !self.resettable {
                 return Err(error);
@@ -209,6 +234,9 @@ impl Retrying {
                         last: Box::new(error),
                     });
                 }
+            }
+            if let Some(w) = &self.watch {
+                w.retrying(&error);
             }
             let delay = self.policy.backoff.delay(self.failures);
             tracing::warn!(%error, attempt = self.failures, delay_ms = delay.as_millis() as u64,
@@ -273,8 +301,9 @@ pub(crate) async fn run_sink(
     rx: mpsc::Receiver<Arc<Batch>>,
     ack: watch::Sender<Lsn>,
     acked: Arc<Notify>,
+    watch: Option<SinkWatch>,
 ) -> Result<(), SinkError> {
-    run_sink_with(sink, rx, ack, acked, SinkRetry::default()).await
+    run_sink_with(sink, rx, ack, acked, SinkRetry::default(), watch).await
 }
 
 /// [`run_sink`] with a retry policy.
@@ -284,8 +313,9 @@ pub(crate) async fn run_sink_with(
     ack: watch::Sender<Lsn>,
     acked: Arc<Notify>,
     retry: SinkRetry,
+    watch: Option<SinkWatch>,
 ) -> Result<(), SinkError> {
-    let mut sink = Retrying::new(sink, retry);
+    let mut sink = Retrying::new(sink, retry, watch);
     let mut written = Lsn::INVALID;
     let mut published = Lsn::INVALID;
     let mut dirty = false;
@@ -329,6 +359,9 @@ pub(crate) async fn run_sink_with(
         if !batch.events.is_empty() {
             sink.write(&batch, 0..batch.events.len()).await?;
             dirty = true;
+        }
+        if let Some(w) = sink.watch.as_mut() {
+            w.written(&batch.commit_times);
         }
         if let Some(end) = batch.commit_end {
             written = written.max(end);
@@ -383,8 +416,9 @@ pub(crate) async fn run_committing_sink(
     ack: watch::Sender<Lsn>,
     acked: Arc<Notify>,
     peers: u32,
+    watch: Option<SinkWatch>,
 ) -> Result<(), SinkError> {
-    run_committing_sink_with(sink, rx, ack, acked, peers, SinkRetry::default()).await
+    run_committing_sink_with(sink, rx, ack, acked, peers, SinkRetry::default(), watch).await
 }
 
 /// [`run_committing_sink`] with a retry policy.
@@ -395,9 +429,14 @@ pub(crate) async fn run_committing_sink_with(
     acked: Arc<Notify>,
     peers: u32,
     retry: SinkRetry,
+    watch: Option<SinkWatch>,
 ) -> Result<(), SinkError> {
-    let mut sink = Retrying::new(sink, retry);
+    let mut sink = Retrying::new(sink, retry, watch);
     while let Some(batch) = rx.recv().await {
+        // Durable with the next checkpoint's commit.
+        if let Some(w) = sink.watch.as_mut() {
+            w.written(&batch.commit_times);
+        }
         let Some((at, save)) = &batch.checkpoint else {
             sink.write(&batch, 0..batch.events.len()).await?;
             continue;
@@ -417,7 +456,12 @@ pub(crate) async fn run_committing_sink_with(
                 .commit_checkpoint(&save.checkpoint, &save.lease, save.keep)
                 .await
             {
-                Ok(meta) => break Ok(meta),
+                Ok(meta) => {
+                    if let Some(w) = sink.watch.as_mut() {
+                        w.flushed();
+                    }
+                    break Ok(meta);
+                }
                 Err(e) => {
                     // Rolled back with the writes since the last checkpoint:
                     // a transient failure is retried by replaying them and

@@ -131,6 +131,8 @@ pub(crate) struct Spiller {
     files: HashMap<Xid, SpillFile>,
     buf: Vec<u8>,
     created: u64,
+    /// Counts spilled bytes, when monitored.
+    pub(crate) spilled: Option<prometheus_client::metrics::counter::Counter>,
 }
 
 impl Spiller {
@@ -161,6 +163,7 @@ impl Spiller {
             files: HashMap::new(),
             buf: Vec::new(),
             created: 0,
+            spilled: None,
         }
     }
 
@@ -225,6 +228,9 @@ impl Spiller {
                         .await
                         .map_err(io_error(&file.path.0))?;
                     file.bytes += self.buf.len() as u64;
+                    if let Some(c) = &self.spilled {
+                        c.inc_by(self.buf.len() as u64);
+                    }
                 }
                 SpillOp::Discard { xid } => {
                     if let Some(file) = self.files.remove(&xid) {

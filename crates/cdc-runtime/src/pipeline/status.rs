@@ -44,6 +44,17 @@ impl Shared {
     }
 
     pub(super) fn publish(&self) {
+        if let Some(m) = &self.monitor {
+            let (received, confirmed) = (self.lsn.received(), self.lsn.confirmed());
+            m.metrics.received_lsn.set(lsn_gauge(received));
+            m.metrics.confirmed_lsn.set(lsn_gauge(confirmed));
+            let end = self.server_wal_end.max(received);
+            m.metrics.source_lag_bytes.set(lsn_gauge(Lsn::from_u64(
+                end.as_u64().saturating_sub(confirmed.as_u64()),
+            )));
+            m.health
+                .stream_position(received, self.server_wal_end, std::time::Instant::now());
+        }
         self.progress.send_replace(Progress {
             confirmed: self.lsn.confirmed(),
             received: self.lsn.received(),
@@ -69,4 +80,9 @@ impl Shared {
         stream.send(&update.to_bytes()).await?;
         Ok(())
     }
+}
+
+/// An LSN (or a byte count) as a gauge value.
+fn lsn_gauge(lsn: Lsn) -> i64 {
+    i64::try_from(lsn.as_u64()).unwrap_or(i64::MAX)
 }

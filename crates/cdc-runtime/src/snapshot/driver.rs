@@ -87,6 +87,10 @@ pub(crate) struct Snapshot {
     started_at: Instant,
     display: Display,
     rows_total: u64,
+    /// Metrics, when monitored.
+    pub(crate) monitor: Option<crate::monitor::Monitor>,
+    /// `rows_done` as last counted in the metrics.
+    rows_reported: u64,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -282,6 +286,8 @@ impl Snapshot {
             tables_done: done,
             requests_done: resume.map(|p| p.requests_done.clone()).unwrap_or_default(),
             done_tx,
+            monitor: None,
+            rows_reported: 0,
             stream_keys: HashMap::new(),
             started_at: now,
             display,
@@ -470,6 +476,7 @@ impl Snapshot {
             self.planned_all = false;
             self.chunks_done = 0;
             self.rows_done = 0;
+            self.rows_reported = 0;
             self.done_tx.send_replace(self.table);
             // Tables added after the readers started get readers of their own.
             if self.table == self.generation_end && self.table < self.tables.len() {
@@ -499,6 +506,20 @@ impl Snapshot {
             rate: self.rows_total as f64 / secs,
         };
         self.display.show(&p, finished);
+        if let Some(m) = &self.monitor {
+            let label = crate::monitor::TableLabel {
+                table: name.clone(),
+            };
+            let counter = m.metrics.snapshot_rows.get_or_create(&label);
+            counter.inc_by(self.rows_done.saturating_sub(self.rows_reported));
+            self.rows_reported = self.rows_done;
+            let ratio = match (finished, t.estimated_rows) {
+                (true, _) => 1.0,
+                (false, Some(e)) if e > 0 => (self.rows_done as f64 / e as f64).min(0.99),
+                _ => 0.0,
+            };
+            m.metrics.snapshot_progress.get_or_create(&label).set(ratio);
+        }
     }
 
     /// Whether `oid` is still to be read (in whole or in part).

@@ -35,6 +35,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_PIPELINE_STATUS_LOG_INTERVAL_SECS",
     "PGCDC_PIPELINE_CHANNEL_CAPACITY",
     "PGCDC_PIPELINE_WORKER_THREADS",
+    "PGCDC_METRICS_LISTEN",
     "PGCDC_CHECKPOINT_JOB",
     "PGCDC_CHECKPOINT_URL",
     "PGCDC_CHECKPOINT_INTERVAL_MS",
@@ -254,6 +255,9 @@ impl Config {
         }
         if let Some(v) = num("worker_threads")? {
             p.worker_threads = Some(usize::try_from(v).unwrap_or(usize::MAX));
+        }
+        if let Some(v) = env("PGCDC_METRICS_LISTEN") {
+            self.metrics.listen = v;
         }
         if let Some(c) = self.checkpoint.as_mut() {
             c.apply_env(&env)?;

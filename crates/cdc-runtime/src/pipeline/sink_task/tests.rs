@@ -162,6 +162,7 @@ fn ev(id: u32) -> ChangeEvent {
 /// A batch of events `ids`, ending a transaction at `commit` if given.
 fn batch(ids: Range<u32>, commit: Option<u64>) -> Arc<Batch> {
     Arc::new(Batch {
+        commit_times: Vec::new(),
         events: ids.map(ev).collect(),
         commit_end: commit.map(Lsn::from_u64),
         checkpoint: None,
@@ -194,6 +195,7 @@ async fn run(
         ack_tx,
         Arc::new(Notify::new()),
         retry,
+        None,
     ));
     for b in batches {
         let commit = b.commit_end;
@@ -353,9 +355,11 @@ async fn run_committing(
         Arc::new(Notify::new()),
         0,
         fast(3, 1000),
+        None,
     ));
     tx.send(batch(0..5, None)).await.unwrap();
     tx.send(Arc::new(Batch {
+        commit_times: Vec::new(),
         events: (5..12).map(ev).collect(),
         commit_end: Some(Lsn::from_u64(100)),
         checkpoint: Some((5, save)),
