@@ -140,7 +140,10 @@ async fn metrics_and_readiness_follow_the_source() {
         .unwrap();
     let body = eventually("the events in /metrics", TIMEOUT, || async {
         let (_, body) = get(job.addr, "/metrics").await;
-        (sample(&body, r#"pgcdc_events_total{table="public.t",op="update"}"#) == Some(1.0))
+        // Counted when shipped; the latency once the sink flushed them.
+        (sample(&body, r#"pgcdc_events_total{table="public.t",op="update"}"#) == Some(1.0)
+            && sample(&body, "pgcdc_commit_to_flush_seconds_count{sink=\"0\"}").unwrap_or(0.0)
+                >= 2.0)
             .then_some(body)
     })
     .await;
@@ -239,6 +242,118 @@ async fn readiness_is_red_while_the_checkpoint_store_is_down() {
         red_after.as_secs_f64(),
         up.elapsed().as_secs_f64()
     );
+    job.stop.send(()).unwrap();
+    job.task.await.unwrap().unwrap();
+}
+
+/// `data-<name>="…"` of the element `id="<id>"` in `dom`.
+fn attribute(dom: &str, id: &str, name: &str) -> Option<String> {
+    let at = dom.find(&format!("id=\"{id}\""))?;
+    let tag_start = dom[..at].rfind('<')?;
+    let tag_end = at + dom[at..].find('>')?;
+    let tag = &dom[tag_start..tag_end];
+    let key = format!("data-{name}=\"");
+    let from = tag.find(&key)? + key.len();
+    Some(tag[from..].split('"').next()?.to_owned())
+}
+
+/// The status page in a real browser (headless Chromium): it loads from a
+/// running job, its plots hold data points, no script error occurs, and a
+/// screenshot is kept in `target/test-artifacts/status-page.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_shows_the_job_in_a_browser() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, note text)")
+        .await
+        .unwrap();
+    let job = start(&db, "page", None).await;
+    await_ready(job.addr, true, "ready").await;
+    // A few seconds of traffic: the plots get a point a second.
+    for i in 0..40 {
+        client
+            .execute("INSERT INTO t VALUES ($1, 'n')", &[&i])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let url = format!("http://{}/", job.addr);
+    let chromium = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("Chromium is needed for this test: apt-get install chromium (.ci/run installs it)");
+    let browser = |extra: &[&str]| {
+        let mut cmd = tokio::process::Command::new(chromium);
+        cmd.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1280,1100",
+            "--virtual-time-budget=5000",
+        ])
+        .args(extra)
+        .arg(&url)
+        .kill_on_drop(true);
+        cmd
+    };
+    let out = tokio::time::timeout(TIMEOUT, browser(&["--dump-dom"]).output())
+        .await
+        .expect("chromium timed out")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let log = String::from_utf8_lossy(&out.stderr);
+    for plot in ["lag-plot", "rate-plot"] {
+        let n: usize = attribute(&dom, plot, "points")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!(n >= 2, "{plot} has {n} points:\n{dom}");
+    }
+    assert!(
+        dom.contains("data-errors=\"0\""),
+        "script errors:\n{dom}\n{log}"
+    );
+    assert!(dom.contains(">page<"), "the job's name:\n{dom}");
+    assert!(dom.contains(">ready<"), "the readiness badge:\n{dom}");
+    for bad in ["Uncaught", "Refused to", "CONSOLE(0)] \"Failed"] {
+        assert!(!log.contains(bad), "console: {bad}\n{log}");
+    }
+    // The screenshot, kept as an artifact.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    let shot = dir.join("status-page.png");
+    let _ = std::fs::remove_file(&shot);
+    let arg = format!("--screenshot={}", shot.display());
+    let out = tokio::time::timeout(TIMEOUT, browser(&[arg.as_str()]).output())
+        .await
+        .expect("chromium timed out")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+    println!("status page screenshot: {}", shot.display());
     job.stop.send(()).unwrap();
     job.task.await.unwrap().unwrap();
 }

@@ -6,8 +6,10 @@
 //! only); `""` turns it off and port 0 picks a free port. Requests are
 //! read-only; nothing a client sends reaches the job.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -44,11 +46,57 @@ pub struct Endpoint {
     /// Where it listens.
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    sampler: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
         self.task.abort();
+        self.sampler.abort();
+    }
+}
+
+/// How often the status page's plots get a point, and how many are kept
+/// (15 minutes).
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+const SAMPLES_KEPT: usize = 900;
+
+/// One point of the plots: Unix milliseconds, lag bytes, events/s.
+type Sample = (i64, u64, f64);
+
+#[derive(Clone)]
+struct AppState {
+    monitor: Monitor,
+    history: Arc<Mutex<VecDeque<Sample>>>,
+}
+
+/// Samples lag and throughput into `history` every [`SAMPLE_EVERY`].
+async fn sample(monitor: Monitor, history: Arc<Mutex<VecDeque<Sample>>>) {
+    let mut ticker = tokio::time::interval(SAMPLE_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<(Instant, u64)> = None;
+    loop {
+        ticker.tick().await;
+        let now = Instant::now();
+        let status = monitor.health.status(now);
+        let rate = match last {
+            Some((at, events)) => {
+                let secs = now.saturating_duration_since(at).as_secs_f64().max(1e-3);
+                status.events.saturating_sub(events) as f64 / secs
+            }
+            None => 0.0,
+        };
+        last = Some((now, status.events));
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        if let Ok(mut h) = history.lock() {
+            if h.len() == SAMPLES_KEPT {
+                h.pop_front();
+            }
+            h.push_back((ms, status.lag_bytes, rate));
+        }
     }
 }
 
@@ -83,27 +131,56 @@ pub async fn start(listen: &str, monitor: Monitor) -> Result<Option<Endpoint>, H
             source,
         })?;
     let addr = listener.local_addr().unwrap_or(addr);
-    let app = router(monitor);
+    let state = AppState {
+        monitor: monitor.clone(),
+        history: Arc::new(Mutex::new(VecDeque::with_capacity(SAMPLES_KEPT))),
+    };
+    let sampler = tokio::spawn(sample(monitor, state.history.clone()));
+    let app = router(state);
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!(error = %e, "the monitoring endpoint stopped");
         }
     });
     tracing::info!(%addr, "monitoring endpoint: http://{addr}/ (status page), /metrics, /healthz, /readyz");
-    Ok(Some(Endpoint { addr, task }))
+    Ok(Some(Endpoint {
+        addr,
+        task,
+        sampler,
+    }))
 }
 
 /// The routes.
-pub fn router(monitor: Monitor) -> Router {
+fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(status_page))
+        .route("/status.json", get(status_json))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(monitor)
+        .with_state(state)
 }
 
-async fn metrics(State(m): State<Monitor>) -> Response {
+async fn status_json(State(s): State<AppState>) -> Response {
+    let status = s.monitor.health.status(Instant::now());
+    let history: Vec<Sample> = s
+        .history
+        .lock()
+        .map(|h| h.iter().copied().collect())
+        .unwrap_or_default();
+    let body = serde_json::json!({ "status": status, "history": history }).to_string();
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    let m = &s.monitor;
     (
         [(
             header::CONTENT_TYPE,
@@ -118,8 +195,8 @@ async fn healthz() -> Response {
     (StatusCode::OK, "ok\n").into_response()
 }
 
-async fn readyz(State(m): State<Monitor>) -> Response {
-    let r = m.health.readiness(Instant::now());
+async fn readyz(State(s): State<AppState>) -> Response {
+    let r = s.monitor.health.readiness(Instant::now());
     let body = serde_json::json!({ "ready": r.ready, "reasons": r.reasons }).to_string();
     let status = if r.ready {
         StatusCode::OK
@@ -129,8 +206,17 @@ async fn readyz(State(m): State<Monitor>) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn status_page() -> Html<&'static str> {
-    Html(include_str!("status.html"))
+/// The status page: one self-contained file (styles and script inline,
+/// nothing fetched from elsewhere) that polls `/status.json`.
+async fn status_page() -> Response {
+    (
+        [(
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
+        )],
+        Html(include_str!("status.html")),
+    )
+        .into_response()
 }
 
 #[cfg(test)]

@@ -371,6 +371,17 @@ impl Coordinator {
                     m.metrics.checkpoints_saved.inc();
                     m.metrics.checkpoint_saved_at(std::time::SystemTime::now());
                     m.health.checkpoint_saved(Instant::now());
+                    m.health.set_checkpoints(
+                        self.retained
+                            .iter()
+                            .map(|c| crate::monitor::CheckpointEntry {
+                                id: c.id.get(),
+                                lsn: c.commit_end_lsn.to_string(),
+                                created_unix_ms: c.created_at.as_unix_micros() / 1000,
+                                bytes: c.stored_bytes,
+                            })
+                            .collect(),
+                    );
                 }
                 tracing::debug!(
                     id = %saved.id,

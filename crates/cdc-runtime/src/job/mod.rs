@@ -359,6 +359,11 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         if let Some(cc) = &checkpoints {
             m.health.set_checkpoint_interval(cc.interval);
         }
+        let job = checkpoints
+            .as_ref()
+            .and_then(|cc| cc.job.as_ref().map(|j| j.as_str().to_owned()))
+            .unwrap_or_else(|| source.slot.clone());
+        m.health.set_names(&job, &source.slot);
         AbortOnDrop(tokio::spawn(slot_watch::watch(
             rc.clone(),
             source.slot.clone(),

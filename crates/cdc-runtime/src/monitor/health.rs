@@ -41,6 +41,65 @@ struct State {
     checkpoint_interval: Option<Duration>,
     last_checkpoint: Option<Instant>,
     sinks: Vec<(String, SinkState)>,
+    job: String,
+    slot: String,
+    confirmed: Lsn,
+    events: u64,
+    checkpoints: Vec<CheckpointEntry>,
+    snapshot: Vec<SnapshotEntry>,
+}
+
+/// A retained checkpoint, for the status page.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CheckpointEntry {
+    /// Its id.
+    pub id: u64,
+    /// The position it resumes from.
+    pub lsn: String,
+    /// When it was created (Unix milliseconds).
+    pub created_unix_ms: i64,
+    /// Stored size.
+    pub bytes: u64,
+}
+
+/// A table of the snapshot, for the status page.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SnapshotEntry {
+    /// `schema.table`.
+    pub table: String,
+    /// Rows read.
+    pub rows: u64,
+    /// Rows read over the estimate (1 when done).
+    pub ratio: f64,
+}
+
+/// What the status page shows, at one moment.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StatusReport {
+    /// The job's name (the slot's without checkpoints).
+    pub job: String,
+    /// The replication slot.
+    pub slot: String,
+    /// Whether the stream is connected.
+    pub connected: bool,
+    /// The highest position received.
+    pub received: String,
+    /// The confirmed position.
+    pub confirmed: String,
+    /// The server's WAL end minus the confirmed position.
+    pub lag_bytes: u64,
+    /// Change events handed to the sinks.
+    pub events: u64,
+    /// Readiness.
+    pub ready: bool,
+    /// Why not ready.
+    pub reasons: Vec<String>,
+    /// Retained checkpoints, newest first.
+    pub checkpoints: Vec<CheckpointEntry>,
+    /// Tables the snapshot read or reads.
+    pub snapshot: Vec<SnapshotEntry>,
+    /// Sinks: name and state (`healthy`, or the error).
+    pub sinks: Vec<(String, String)>,
 }
 
 /// What readiness depends on, shared by the pipeline and the endpoint.
@@ -79,6 +138,12 @@ impl Health {
                 checkpoint_interval: None,
                 last_checkpoint: None,
                 sinks: Vec::new(),
+                job: String::new(),
+                slot: String::new(),
+                confirmed: Lsn::INVALID,
+                events: 0,
+                checkpoints: Vec::new(),
+                snapshot: Vec::new(),
             })),
         }
     }
@@ -118,6 +183,81 @@ impl Health {
             s.connected = false;
             s.last_error = Some(error.to_owned());
         });
+    }
+
+    /// The job and slot names, for the status page.
+    pub fn set_names(&self, job: &str, slot: &str) {
+        self.with(|s| {
+            s.job = job.to_owned();
+            s.slot = slot.to_owned();
+        });
+    }
+
+    pub(crate) fn counts(&self, confirmed: Lsn, events: u64) {
+        self.with(|s| {
+            s.confirmed = confirmed;
+            s.events = events;
+        });
+    }
+
+    pub(crate) fn set_checkpoints(&self, list: Vec<CheckpointEntry>) {
+        self.with(|s| s.checkpoints = list);
+    }
+
+    pub(crate) fn snapshot_table(&self, entry: SnapshotEntry) {
+        self.with(
+            |s| match s.snapshot.iter_mut().find(|e| e.table == entry.table) {
+                Some(e) => *e = entry,
+                None => s.snapshot.push(entry),
+            },
+        );
+    }
+
+    /// What the status page shows at `now`.
+    pub fn status(&self, now: Instant) -> StatusReport {
+        let readiness = self.readiness(now);
+        let Ok(s) = self.state.lock() else {
+            return StatusReport {
+                job: String::new(),
+                slot: String::new(),
+                connected: false,
+                received: String::new(),
+                confirmed: String::new(),
+                lag_bytes: 0,
+                events: 0,
+                ready: false,
+                reasons: readiness.reasons,
+                checkpoints: Vec::new(),
+                snapshot: Vec::new(),
+                sinks: Vec::new(),
+            };
+        };
+        let end = s.server_wal_end.max(s.received);
+        StatusReport {
+            job: s.job.clone(),
+            slot: s.slot.clone(),
+            connected: s.connected,
+            received: s.received.to_string(),
+            confirmed: s.confirmed.to_string(),
+            lag_bytes: end.as_u64().saturating_sub(s.confirmed.as_u64()),
+            events: s.events,
+            ready: readiness.ready,
+            reasons: readiness.reasons,
+            checkpoints: s.checkpoints.iter().rev().cloned().collect(),
+            snapshot: s.snapshot.clone(),
+            sinks: s
+                .sinks
+                .iter()
+                .map(|(n, st)| {
+                    let state = match st {
+                        SinkState::Healthy => "healthy".to_owned(),
+                        SinkState::Retrying(e) => format!("retrying: {e}"),
+                        SinkState::Failed(e) => format!("failed: {e}"),
+                    };
+                    (n.clone(), state)
+                })
+                .collect(),
+        }
     }
 
     pub(crate) fn stream_position(&self, received: Lsn, server_wal_end: Lsn, now: Instant) {

@@ -18,7 +18,9 @@ mod health;
 mod metrics;
 mod sink;
 
-pub use health::{Health, Readiness, SinkState, STALL};
+pub use health::{
+    CheckpointEntry, Health, Readiness, SinkState, SnapshotEntry, StatusReport, STALL,
+};
 pub(crate) use metrics::EventCounts;
 pub use metrics::{EventLabels, Metrics, SinkErrorLabels, SinkInfoLabels, SinkLabel, TableLabel};
 pub(crate) use sink::SinkWatch;

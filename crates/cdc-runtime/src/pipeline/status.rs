@@ -54,6 +54,7 @@ impl Shared {
             )));
             m.health
                 .stream_position(received, self.server_wal_end, std::time::Instant::now());
+            m.health.counts(confirmed, self.events);
         }
         self.progress.send_replace(Progress {
             confirmed: self.lsn.confirmed(),

@@ -519,6 +519,11 @@ impl Snapshot {
                 _ => 0.0,
             };
             m.metrics.snapshot_progress.get_or_create(&label).set(ratio);
+            m.health.snapshot_table(crate::monitor::SnapshotEntry {
+                table: name.clone(),
+                rows: self.rows_done,
+                ratio,
+            });
         }
     }
 
