@@ -28,6 +28,7 @@
 //! thread (`PGCDC_E2E_WORKERS` to change); `PGCDC_E2E_READ_PAUSE_US` overrides
 //! `PipelineOptions::read_pause` (for experiments). For instruction counts:
 //! `PGCDC_E2E_ONLY` (comma-separated labels: `recvlogical`, `null`, `debezium`, `file`,
+//! `filemetrics` (the file sink with metrics kept and encoded every second, as a scrape),
 //! `null1`, `file1` for proto 1) runs only those contenders, `PGCDC_E2E_SKIP_W2=1` skips
 //! W2, and `PGCDC_E2E_WRAP` (a command line, e.g. `valgrind --tool=callgrind
 //! --callgrind-out-file=/tmp/cg.%p`) runs each pgcdc child under that command.
@@ -95,10 +96,23 @@ async fn pgcdc_contender(kind: &str) {
     let work = PathBuf::from(child_env("PGCDC_E2E_WORK"));
     options.spill_dir = work.clone();
     let debezium = || JsonEncoder::new(JsonFormat::Debezium(DebeziumOptions::default()));
+    // `filemetrics`: the file sink with the metrics kept and scraped (encoded
+    // as for `/metrics`) every second, as Prometheus would.
+    let _scraper = (kind == "filemetrics").then(|| {
+        let monitor = cdc_runtime::monitor::Monitor::new();
+        options.monitor = Some(monitor.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                every.tick().await;
+                std::hint::black_box(monitor.metrics.encode());
+            }
+        })
+    });
     let sink: Box<dyn Sink> = match kind {
         "null" => Box::new(NullSink::new()),
         "debezium" => Box::new(NullSink::encoding(debezium())),
-        "file" => Box::new(
+        "file" | "filemetrics" => Box::new(
             FileSink::open(
                 FileSinkOptions {
                     path: work.join("events.json"),
@@ -167,6 +181,7 @@ impl Contender {
                     "null" => "null sink (decode only)",
                     "debezium" => "null sink, Debezium JSON encoded",
                     "file" => "file sink, Debezium JSON",
+                    "filemetrics" => "file sink, Debezium JSON, metrics scraped every 1 s",
                     other => other,
                 };
                 match proto {
@@ -513,6 +528,7 @@ async fn run() {
                     pgcdc("null", None),
                     pgcdc("debezium", None),
                     pgcdc("file", None),
+                    pgcdc("filemetrics", None),
                 ],
                 reps,
             )
