@@ -48,11 +48,6 @@ use super::Backoff;
 /// are queued.
 const MAX_BATCHES_PER_FLUSH: u32 = 16;
 
-/// How long a written commit may wait for its flush, so that a stream of
-/// small transactions shares one flush (an fsync for the file sink) instead
-/// of paying one each.
-const FLUSH_DELAY: Duration = Duration::from_millis(20);
-
 /// A batch of events shared by all sinks.
 #[derive(Debug)]
 pub(crate) struct Batch {
@@ -291,11 +286,14 @@ impl Retrying {
 /// `acked`) the end LSN of the last transaction it has made durable.
 ///
 /// A flush happens only when it can acknowledge something: once a commit has
-/// been written, at the latest [`FLUSH_DELAY`] later, or after
-/// [`MAX_BATCHES_PER_FLUSH`] more batches. Batches in the middle of a large
-/// transaction are written without flushing, since nothing before its commit
-/// can be acknowledged anyway. When the channel closes the sink is closed
-/// (which flushes) and its final position published.
+/// been written and no batch is queued behind it, or after
+/// [`MAX_BATCHES_PER_FLUSH`] more batches. That is group commit without a
+/// delay: the batches that arrive while a flush (an fsync for the file sink)
+/// runs queue up and share the next one, so flushes get rarer as traffic
+/// grows, and a quiet stream pays no wait for them. Batches in the middle of
+/// a large transaction are written without flushing, since nothing before its
+/// commit can be acknowledged anyway. When the channel closes the sink is
+/// closed (which flushes) and its final position published.
 pub(crate) async fn run_sink(
     sink: Box<dyn Sink>,
     rx: mpsc::Receiver<Arc<Batch>>,
@@ -320,7 +318,6 @@ pub(crate) async fn run_sink_with(
     let mut published = Lsn::INVALID;
     let mut dirty = false;
     let mut since_commit = 0u32;
-    let mut deadline: Option<tokio::time::Instant> = None;
     let publish = |lsn: Lsn| {
         let moved = ack.send_if_modified(|cur| {
             if lsn > *cur {
@@ -334,28 +331,7 @@ pub(crate) async fn run_sink_with(
             acked.notify_one();
         }
     };
-    loop {
-        let batch = match deadline {
-            Some(at) => tokio::select! {
-                biased;
-                b = rx.recv() => b,
-                _ = tokio::time::sleep_until(at) => {
-                    if dirty {
-                        sink.flush().await?;
-                        dirty = false;
-                    }
-                    publish(written);
-                    published = written;
-                    deadline = None;
-                    since_commit = 0;
-                    continue;
-                }
-            },
-            None => rx.recv().await,
-        };
-        let Some(batch) = batch else {
-            break;
-        };
+    while let Some(batch) = rx.recv().await {
         if !batch.events.is_empty() {
             sink.write(&batch, 0..batch.events.len()).await?;
             dirty = true;
@@ -377,22 +353,21 @@ pub(crate) async fn run_sink_with(
             tracing::debug!(checkpoint = %save.checkpoint.id, "sink flushed for a checkpoint another sink commits");
             publish(written);
             published = written;
-            deadline = None;
             since_commit = 0;
             continue;
         }
         if written > published {
             since_commit += 1;
-            let at = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + FLUSH_DELAY);
-            let due = at <= tokio::time::Instant::now() && rx.is_empty();
-            if due || since_commit >= MAX_BATCHES_PER_FLUSH {
+            // A batch still queued is written first and shares the flush; the
+            // channel never stays non-empty without a next batch to take (or
+            // its close, which flushes).
+            if rx.is_empty() || since_commit >= MAX_BATCHES_PER_FLUSH {
                 if dirty {
                     sink.flush().await?;
                     dirty = false;
                 }
                 publish(written);
                 published = written;
-                deadline = None;
                 since_commit = 0;
             }
         }
