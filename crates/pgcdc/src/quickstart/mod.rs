@@ -337,6 +337,11 @@ job = "{JOB}"
 interval_ms = 500
 keep = 3
 
+# The monitoring endpoint (status page, /metrics, /readyz) on any free port,
+# logged at start; `pgcdc run` listens on 127.0.0.1:9187 by default.
+[metrics]
+listen = ":0"
+
 [[operators]]
 type = "keyed_aggregate"
 id = "{AGGREGATE}"
