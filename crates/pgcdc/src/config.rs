@@ -76,6 +76,7 @@ mod build;
 mod checkpoint;
 mod env;
 mod location;
+mod metrics;
 mod secret;
 mod snapshot;
 mod source;
@@ -85,6 +86,7 @@ pub use source::{FilteredTable, TableEntry};
 pub use checkpoint::{CheckpointConfig, ConfirmSetting, OperatorConfig};
 pub use env::{unknown_env_vars, UnknownEnvVar, ENV_VARS};
 pub use location::{line_column, Location};
+pub use metrics::{MetricsConfig, DEFAULT_METRICS_LISTEN};
 pub use secret::Secret;
 pub use snapshot::{ModeSetting, SnapshotConfig};
 
@@ -188,28 +190,6 @@ pub struct Config {
     #[serde(default)]
     pub metrics: MetricsConfig,
 }
-
-/// `[metrics]`: the HTTP endpoint with `/metrics`, `/healthz`, `/readyz`
-/// and the status page.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MetricsConfig {
-    /// `host:port` to listen on (default `127.0.0.1:9187`); `""` turns the
-    /// endpoint off; port 0 picks a free port (logged); a missing host
-    /// means `127.0.0.1`.
-    pub listen: String,
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        MetricsConfig {
-            listen: DEFAULT_METRICS_LISTEN.to_owned(),
-        }
-    }
-}
-
-/// The default `[metrics] listen`.
-pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9187";
 
 /// `[source]`.
 #[derive(Debug, Clone, Deserialize)]

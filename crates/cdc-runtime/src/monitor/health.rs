@@ -193,13 +193,6 @@ impl Health {
         });
     }
 
-    pub(crate) fn counts(&self, confirmed: Lsn, events: u64) {
-        self.with(|s| {
-            s.confirmed = confirmed;
-            s.events = events;
-        });
-    }
-
     pub(crate) fn set_checkpoints(&self, list: Vec<CheckpointEntry>) {
         self.with(|s| s.checkpoints = list);
     }
@@ -260,8 +253,19 @@ impl Health {
         }
     }
 
-    pub(crate) fn stream_position(&self, received: Lsn, server_wal_end: Lsn, now: Instant) {
+    /// The stream's positions and event count at `now` (one lock per
+    /// published progress).
+    pub(crate) fn stream_position(
+        &self,
+        received: Lsn,
+        server_wal_end: Lsn,
+        confirmed: Lsn,
+        events: u64,
+        now: Instant,
+    ) {
         self.with(|s| {
+            s.confirmed = confirmed;
+            s.events = events;
             if received > s.received {
                 s.received = received;
                 s.received_at = now;
@@ -284,14 +288,6 @@ impl Health {
                 entry.1 = state;
             }
         });
-    }
-
-    /// The sinks and how they are doing.
-    pub fn sinks(&self) -> Vec<(String, SinkState)> {
-        self.state
-            .lock()
-            .map(|s| s.sinks.clone())
-            .unwrap_or_default()
     }
 
     /// Whether the job is ready at `now`, and why not.
@@ -360,14 +356,20 @@ mod tests {
         h.checkpoint_saved(t0);
         assert_eq!(h.readiness(t0).reasons, Vec::<String>::new());
         // Behind the server and nothing received: stalled after STALL.
-        h.stream_position(Lsn::from_u64(10), Lsn::from_u64(20), t0);
+        h.stream_position(Lsn::from_u64(10), Lsn::from_u64(20), Lsn::INVALID, 0, t0);
         h.checkpoint_saved(t0 + STALL / 2);
         assert!(h.readiness(t0 + STALL / 2).ready, "not stalled yet");
         h.checkpoint_saved(t0 + STALL);
         let r = h.readiness(t0 + STALL + Duration::from_secs(1));
         assert!(!r.ready && r.reasons[0].contains("not moving"), "{r:?}");
         // Caught up: idle is fine.
-        h.stream_position(Lsn::from_u64(20), Lsn::from_u64(20), t0 + STALL);
+        h.stream_position(
+            Lsn::from_u64(20),
+            Lsn::from_u64(20),
+            Lsn::INVALID,
+            0,
+            t0 + STALL,
+        );
         assert!(h.readiness(t0 + STALL + Duration::from_secs(1)).ready);
         // An old checkpoint.
         let r = h.readiness(t0 + STALL + Duration::from_secs(4));

@@ -277,16 +277,6 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
-
-    /// The value of the counter or gauge sample `name` (with its labels as
-    /// written, e.g. `pgcdc_events_total{table="public.t",op="insert"}`) in
-    /// [`encode`](Self::encode)'s output, for tests and the status page.
-    pub fn sample(&self, name: &str) -> Option<f64> {
-        self.encode().lines().find_map(|l| {
-            let (n, v) = l.rsplit_once(' ')?;
-            (n == name).then(|| v.parse().ok()).flatten()
-        })
-    }
 }
 
 /// Counts events by table and operation with one hash lookup per change of

@@ -52,9 +52,13 @@ impl Shared {
             m.metrics.source_lag_bytes.set(lsn_gauge(Lsn::from_u64(
                 end.as_u64().saturating_sub(confirmed.as_u64()),
             )));
-            m.health
-                .stream_position(received, self.server_wal_end, std::time::Instant::now());
-            m.health.counts(confirmed, self.events);
+            m.health.stream_position(
+                received,
+                self.server_wal_end,
+                confirmed,
+                self.events,
+                std::time::Instant::now(),
+            );
         }
         self.progress.send_replace(Progress {
             confirmed: self.lsn.confirmed(),

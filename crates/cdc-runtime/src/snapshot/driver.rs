@@ -527,44 +527,6 @@ impl Snapshot {
         }
     }
 
-    /// Whether `oid` is still to be read (in whole or in part).
-    pub(crate) fn reads_pending(&self, oid: cdc_core::Oid) -> bool {
-        self.tables.iter().skip(self.table).any(|t| t.oid == oid)
-    }
-
-    /// Takes the published tables' current names and columns (after a
-    /// schema change) for the reads still to come. When any changed, the
-    /// chunks being read are read again with them, by new readers: a chunk
-    /// read with the old columns would come after the schema change in the
-    /// stream. Returns whether anything changed.
-    pub(crate) fn refresh(&mut self, current: &[SnapshotTable]) -> bool {
-        let mut tables = (*self.tables).clone();
-        let mut changed = false;
-        for t in tables.iter_mut().skip(self.table) {
-            let Some(c) = current.iter().find(|c| c.oid == t.oid) else {
-                continue;
-            };
-            if c.event_schema != t.event_schema || c.row_filter != t.row_filter {
-                tracing::info!(table = %c.display_name(), "snapshot: the table's schema changed; its reads go on with the new columns");
-                let request = t.request.take();
-                *t = c.clone();
-                t.request = request;
-                changed = true;
-            }
-        }
-        for t in &mut self.catalog {
-            if let Some(c) = current.iter().find(|c| c.oid == t.oid) {
-                t.clone_from(c);
-            }
-        }
-        if changed {
-            self.tables = Arc::new(tables);
-            self.stream_keys.clear();
-            self.restart();
-        }
-        changed
-    }
-
     /// The stream restarted: the chunks being read are read again, by new
     /// readers (their old watermarks are ignored).
     pub(crate) fn restart(&mut self) {
