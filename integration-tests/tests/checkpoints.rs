@@ -108,7 +108,11 @@ impl Job {
     fn events(&self) -> Vec<Value> {
         let mut out = Vec::new();
         for file in FileSink::files(&self.dir.join("events.jsonl")).unwrap() {
-            for line in std::fs::read_to_string(file).unwrap().lines() {
+            let text = std::fs::read_to_string(file).unwrap();
+            // The sink may be writing the last line while it is read: only
+            // complete lines (ending in a newline) are events yet.
+            let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+            for line in complete.lines() {
                 out.push(serde_json::from_str(line).unwrap());
             }
         }
