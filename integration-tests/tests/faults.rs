@@ -244,7 +244,8 @@ impl Output {
         self.delivered.keys().copied().collect()
     }
 
-    fn events(&self) -> u64 {
+    fn events(&mut self) -> u64 {
+        self.poll();
         self.delivered.values().map(|&n| u64::from(n)).sum()
     }
 }
