@@ -8,12 +8,17 @@
 //! End-to-end tests of the `pgcdc` command line run the real binary as a child
 //! process: [`pgcdc_binary`], [`run_pgcdc`] and [`Pgcdc`] (`cargo test
 //! --workspace` builds it; otherwise `cargo build -p pgcdc --bin pgcdc`).
+//!
+//! Network faults between pgcdc and a server come from a [`FaultProxy`]
+//! (drop connections, blackhole, throttle).
 #![forbid(unsafe_code)]
 
 mod cli;
+mod fault_proxy;
 mod support;
 
 pub use cli::{pgcdc_binary, run_pgcdc, Pgcdc};
+pub use fault_proxy::{FaultProxy, ProxyMode};
 pub use support::{kill_and_wait, snapshot_progress, TempDir};
 /// The harness's error: [`throwaway_pg::Error`].
 pub use throwaway_pg::Error as HarnessError;

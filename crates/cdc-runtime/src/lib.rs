@@ -121,6 +121,7 @@
 
 pub mod checkpoint;
 pub mod ddl;
+mod disk_full;
 pub mod encoding;
 pub mod event;
 pub mod job;

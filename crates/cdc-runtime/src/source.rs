@@ -25,6 +25,13 @@ pub struct SourceOptions {
     /// Write a WAL heartbeat this often, so that a slot whose tables are
     /// quiet still moves while other databases write (`None`: never).
     pub heartbeat_interval: Option<Duration>,
+    /// With nothing at all from the server for this long (not even a
+    /// keepalive), the replication connection is taken for dead and
+    /// replication reconnects (default
+    /// [`DEFAULT_RECEIVE_TIMEOUT`](crate::pipeline::DEFAULT_RECEIVE_TIMEOUT),
+    /// 90 s; keep it above the server's `wal_sender_timeout / 2`; `None`:
+    /// wait forever).
+    pub receive_timeout: Option<Duration>,
     /// Per table: the publication's row filter and column list
     /// (PostgreSQL 15+). The snapshot reads with the same filter, so the
     /// snapshot and the stream agree.
@@ -75,6 +82,7 @@ impl SourceOptions {
             create_slot: true,
             create_publication: true,
             heartbeat_interval: None,
+            receive_timeout: Some(crate::pipeline::DEFAULT_RECEIVE_TIMEOUT),
             filters: BTreeMap::new(),
             signals: true,
             publish_via_partition_root: true,

@@ -25,6 +25,9 @@ pub enum LargeLayout {
     LargeObject,
 }
 
+/// The default [`PoolOptions::operation_timeout`].
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Connection-pool settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -37,6 +40,15 @@ pub struct PoolOptions {
     pub create_timeout: Option<Duration>,
     /// How long the health check of a reused connection may take (default 5 s).
     pub recycle_timeout: Option<Duration>,
+    /// How long one store operation (a whole save with its chunks, a load,
+    /// a listing, a retention pass) may take before it fails as
+    /// [`Unavailable`](checkpoint_api::CheckpointError::Unavailable), so
+    /// that a server that stops answering without closing the connection
+    /// (a network partition, a stalled host) cannot hang the caller. The
+    /// pool's idle connections are dropped then, so the stalled one is not
+    /// handed out again. Default 120 s; raise it for states of gigabytes
+    /// over slow links. `None` waits forever.
+    pub operation_timeout: Option<Duration>,
 }
 
 impl Default for PoolOptions {
@@ -46,6 +58,7 @@ impl Default for PoolOptions {
             wait_timeout: Some(Duration::from_secs(30)),
             create_timeout: Some(Duration::from_secs(10)),
             recycle_timeout: Some(Duration::from_secs(5)),
+            operation_timeout: Some(DEFAULT_OPERATION_TIMEOUT),
         }
     }
 }

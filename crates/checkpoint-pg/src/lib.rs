@@ -109,7 +109,10 @@ mod schema;
 mod sql;
 mod store;
 
-pub use config::{ConfigError, LargeLayout, PgStoreConfig, PoolOptions, DEFAULT_INLINE_THRESHOLD};
+pub use config::{
+    ConfigError, LargeLayout, PgStoreConfig, PoolOptions, DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_OPERATION_TIMEOUT,
+};
 pub use error::pg_fault;
 pub use identity::{database_identity, DatabaseIdentity};
 pub use schema::{quote_ident, SCHEMA_VERSION};

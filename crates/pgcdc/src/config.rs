@@ -246,6 +246,12 @@ pub struct SourceConfig {
     /// when only other databases of the server write.
     #[serde(default)]
     pub heartbeat_interval_ms: u64,
+    /// Seconds without any message from the server (not even a keepalive)
+    /// after which the replication connection is taken for dead and
+    /// reconnected (default 90; keep it above the server's
+    /// `wal_sender_timeout / 2`; 0: wait forever).
+    #[serde(default = "default_receive_timeout_secs")]
+    pub receive_timeout_secs: u64,
     /// Create the signal table `pgcdc.signals` for on-demand snapshots
     /// (default true).
     #[serde(default = "yes")]
@@ -266,6 +272,9 @@ fn default_host() -> String {
 }
 fn default_port() -> u16 {
     5432
+}
+fn default_receive_timeout_secs() -> u64 {
+    cdc_runtime::pipeline::DEFAULT_RECEIVE_TIMEOUT.as_secs()
 }
 fn yes() -> bool {
     true
@@ -292,6 +301,10 @@ pub struct PipelineConfig {
     /// Threads of the async runtime (`None`: `TOKIO_WORKER_THREADS` if set,
     /// else [`default_worker_threads`]).
     pub worker_threads: Option<usize>,
+    /// Seconds one sink operation (a write, a flush, a reconnect, a
+    /// checkpoint commit) may take before it fails as transient and is
+    /// retried (default 120; 0: no limit).
+    pub sink_timeout_secs: u64,
 }
 
 /// At most this many runtime threads unless configured: a streaming job keeps
@@ -330,6 +343,7 @@ impl Default for PipelineConfig {
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,
             status_log_interval_secs: cdc_runtime::job::DEFAULT_STATUS_LOG_INTERVAL.as_secs(),
             worker_threads: None,
+            sink_timeout_secs: cdc_runtime::pipeline::DEFAULT_SINK_TIMEOUT.as_secs(),
         }
     }
 }

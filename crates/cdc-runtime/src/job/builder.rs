@@ -79,6 +79,10 @@ pub struct PipelineTuning {
     /// Log a status line (events/s, unconfirmed bytes, newest checkpoint's
     /// age, snapshot) this often (`None`: never).
     pub status_log_interval: Option<Duration>,
+    /// How long one sink operation may take before it fails as transient
+    /// and is retried (default
+    /// [`DEFAULT_SINK_TIMEOUT`](crate::pipeline::DEFAULT_SINK_TIMEOUT); `None`: no limit).
+    pub sink_timeout: Option<Duration>,
 }
 
 /// The default interval between status lines in the log (30 s).
@@ -93,6 +97,7 @@ impl Default for PipelineTuning {
             status_interval: DEFAULT_STATUS_INTERVAL,
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,
             status_log_interval: Some(DEFAULT_STATUS_LOG_INTERVAL),
+            sink_timeout: Some(crate::pipeline::DEFAULT_SINK_TIMEOUT),
         }
     }
 }

@@ -349,6 +349,8 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     }
     po.status_interval = tuning.status_interval;
     po.channel_capacity = tuning.channel_capacity;
+    po.sink_timeout = tuning.sink_timeout;
+    po.receive_timeout = source.receive_timeout;
     po.monitor = monitor.clone();
     let slot_watch = monitor.as_ref().map(|m| {
         let kinds: Vec<&str> = sink_kinds.iter().map(String::as_str).collect();

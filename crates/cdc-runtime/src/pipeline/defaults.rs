@@ -10,3 +10,12 @@ pub const DEFAULT_BYTE_BUDGET: usize = 64 * 1024 * 1024;
 pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(10);
 /// The default number of batches buffered per sink.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 4;
+/// The default replication receive timeout (90 s): with nothing at all
+/// from the server for this long, not even a keepalive, the connection is
+/// taken for dead and replication reconnects. The walsender sends a
+/// keepalive every `wal_sender_timeout / 2` (30 s by default) when idle.
+pub const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(90);
+/// The default time one sink operation (a write, a flush, a reconnect, a
+/// checkpoint commit) may take (120 s): far above any healthy one, well
+/// below forever. Past it the operation fails as transient and is retried.
+pub const DEFAULT_SINK_TIMEOUT: Duration = Duration::from_secs(120);

@@ -63,13 +63,16 @@ pub enum PipelineError {
 }
 
 impl PipelineError {
-    /// Whether reconnecting may help: transient replication errors, and a
+    /// Whether reconnecting may help: transient replication errors, a
     /// snapshot reader that lost its connection (the snapshot's readers
-    /// start again with the stream).
+    /// start again with the stream), and a full spill directory (the
+    /// server sends the transaction again after the reconnect, by when
+    /// space may be free).
     pub fn is_transient(&self) -> bool {
         match self {
             PipelineError::Replication(e) => e.is_transient(),
             PipelineError::Snapshot(e) => e.is_transient(),
+            PipelineError::Spill(e) => e.is_disk_full(),
             _ => false,
         }
     }

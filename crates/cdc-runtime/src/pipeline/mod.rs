@@ -134,7 +134,8 @@ use crate::snapshot::{Snapshot, SnapshotPlan, SnapshotState};
 
 pub use convert::HEARTBEAT_PREFIX;
 pub use defaults::{
-    DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY, DEFAULT_STATUS_INTERVAL,
+    DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY, DEFAULT_RECEIVE_TIMEOUT,
+    DEFAULT_SINK_TIMEOUT, DEFAULT_STATUS_INTERVAL,
 };
 pub use error::PipelineError;
 pub use options::{Backoff, PipelineOptions, READ_PAUSE_BELOW};
@@ -301,7 +302,7 @@ impl Pipeline {
             server_wal_end: Lsn::INVALID,
             event_counts: crate::monitor::EventCounts::default(),
         };
-        shared.spawn_sinks(sinks, options.channel_capacity)?;
+        shared.spawn_sinks(sinks, options.channel_capacity, options.sink_timeout)?;
         let mut source = Source {
             options: &options,
             assembler: TxnAssembler::new(),

@@ -77,6 +77,10 @@ pub struct PipelineOptions {
     pub channel_capacity: usize,
     /// Fail a silent connection after this long without any message.
     pub receive_timeout: Option<Duration>,
+    /// How long one sink operation (write, flush, reconnect, checkpoint
+    /// commit) may take before it fails as transient and is retried
+    /// (default [`DEFAULT_SINK_TIMEOUT`](super::DEFAULT_SINK_TIMEOUT); `None`: no limit).
+    pub sink_timeout: Option<Duration>,
     /// Reconnect pacing.
     pub backoff: Backoff,
     /// After a socket read that brought in less than [`READ_PAUSE_BELOW`]
@@ -97,8 +101,8 @@ pub const READ_PAUSE_BELOW: usize = 64 * 1024;
 impl PipelineOptions {
     /// Options with the defaults (newest protocol version, batch 1000, 64 MiB
     /// budget, spill files in the system temporary directory, 10 s status
-    /// interval, 4 batches per sink channel, 90 s receive timeout, 1 ms read
-    /// pause).
+    /// interval, 4 batches per sink channel, 90 s receive timeout, 120 s
+    /// sink timeout, 1 ms read pause).
     pub fn new(
         replication: ReplicationConfig,
         slot: impl Into<String>,
@@ -115,7 +119,8 @@ impl PipelineOptions {
             spill_dir: std::env::temp_dir(),
             status_interval: super::DEFAULT_STATUS_INTERVAL,
             channel_capacity: super::DEFAULT_CHANNEL_CAPACITY,
-            receive_timeout: Some(Duration::from_secs(90)),
+            receive_timeout: Some(super::DEFAULT_RECEIVE_TIMEOUT),
+            sink_timeout: Some(super::DEFAULT_SINK_TIMEOUT),
             backoff: Backoff::default(),
             read_pause: Duration::from_millis(1),
             monitor: None,

@@ -154,6 +154,20 @@ impl Source<'_> {
             let stream = conn.start_replication(&opts.slot, start, &pgoutput).await?;
             Ok::<_, ReplicationError>((stream, pgoutput, two_phase))
         };
+        // Connecting is bounded by `connect_timeout`; the commands after it
+        // (IDENTIFY_SYSTEM, START_REPLICATION) by the receive timeout, so a
+        // server that stops answering mid-way is retried, not waited on.
+        let limit = opts
+            .receive_timeout
+            .map(|t| t + opts.replication.get_connect_timeout());
+        let connect = async {
+            match limit {
+                None => connect.await,
+                Some(limit) => tokio::time::timeout(limit, connect)
+                    .await
+                    .unwrap_or(Err(ReplicationError::ReceiveTimeout(limit))),
+            }
+        };
         let (mut stream, pgoutput, two_phase) = tokio::select! {
             r = connect => r?,
             _ = shutdown.as_mut() => return Err(PipelineError::ShutdownWhileConnecting),
@@ -199,6 +213,17 @@ impl Source<'_> {
         let pause = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(pause);
         let mut paused = false;
+        // The receive timeout, across select rounds: the stream's own one
+        // restarts whenever another branch (a tick) wins a round, so with
+        // ticks more frequent than the timeout it would never fire. It
+        // counts from the last message, or from the end of the last ship
+        // (which waits on the sinks, not on the server).
+        let silence_limit = opts.receive_timeout.unwrap_or(Duration::from_secs(3600));
+        let silence = tokio::time::sleep(silence_limit);
+        tokio::pin!(silence);
+        let heard = |silence: Pin<&mut tokio::time::Sleep>| {
+            silence.reset(tokio::time::Instant::now() + silence_limit);
+        };
         loop {
             // Shipped when the socket runs dry only if a sink could acknowledge
             // something or a checkpoint waits for the sink that commits it;
@@ -276,10 +301,16 @@ impl Source<'_> {
                         pause.as_mut().reset(tokio::time::Instant::now() + opts.read_pause);
                         paused = true;
                     }
+                    heard(silence.as_mut());
+                }
+                // After a message that was ready: silence only while none is.
+                _ = &mut silence, if opts.receive_timeout.is_some() => {
+                    return Err(ReplicationError::ReceiveTimeout(silence_limit).into());
                 }
                 // Nothing more to read right now: hand over what we have.
                 _ = std::future::ready(()), if flush_ready => {
                     self.ship(shared, &mut stream, &mut ticker).await?;
+                    heard(silence.as_mut());
                 }
             }
         }

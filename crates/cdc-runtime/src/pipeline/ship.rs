@@ -127,7 +127,9 @@ impl Shared {
         &mut self,
         sinks: Vec<Box<dyn Sink>>,
         capacity: usize,
+        timeout: Option<std::time::Duration>,
     ) -> Result<(), PipelineError> {
+        let retry = super::sink_task::SinkRetry::with_timeout(timeout);
         let committing = committing_sink(&sinks, self.coordinator.is_some())?;
         if let (Some(_), Some(c)) = (committing, self.coordinator.as_mut()) {
             c.commit_in_sink();
@@ -142,10 +144,12 @@ impl Shared {
                 .as_ref()
                 .map(|m| crate::monitor::SinkWatch::new(i, m.clone()));
             if committing == Some(i) {
-                self.tasks
-                    .spawn(run_committing_sink(sink, rx, ack_tx, acked, peers, watch));
+                self.tasks.spawn(run_committing_sink(
+                    sink, rx, ack_tx, acked, peers, retry, watch,
+                ));
             } else {
-                self.tasks.spawn(run_sink(sink, rx, ack_tx, acked, watch));
+                self.tasks
+                    .spawn(run_sink(sink, rx, ack_tx, acked, retry, watch));
             }
             self.senders.push(tx);
             self.acks.push(ack_rx);

@@ -71,6 +71,20 @@ pub(crate) struct SinkRetry {
     pub(crate) backoff: Backoff,
     /// Events kept for a replay; past it a transient error stops the task.
     pub(crate) max_retained_events: usize,
+    /// How long one sink operation (a write, a flush, a reset, a checkpoint
+    /// commit) may take before it fails as the transient
+    /// [`SinkError::Timeout`] and is retried like a lost connection.
+    pub(crate) operation_timeout: Option<Duration>,
+}
+
+impl SinkRetry {
+    /// The default policy with `timeout` per operation.
+    pub(crate) fn with_timeout(timeout: Option<Duration>) -> Self {
+        SinkRetry {
+            operation_timeout: timeout,
+            ..SinkRetry::default()
+        }
+    }
 }
 
 impl Default for SinkRetry {
@@ -85,7 +99,23 @@ impl Default for SinkRetry {
                 max_attempts: Some(10),
             },
             max_retained_events: 100_000,
+            operation_timeout: Some(super::DEFAULT_SINK_TIMEOUT),
         }
+    }
+}
+
+/// Runs `op` within `limit` (`None`: no limit); on expiry
+/// [`SinkError::Timeout`] naming `what`.
+async fn timed<T>(
+    limit: Option<Duration>,
+    what: &'static str,
+    op: impl std::future::Future<Output = Result<T, SinkError>>,
+) -> Result<T, SinkError> {
+    match limit {
+        None => op.await,
+        Some(after) => tokio::time::timeout(after, op)
+            .await
+            .unwrap_or(Err(SinkError::Timeout { what, after })),
     }
 }
 
@@ -159,7 +189,8 @@ impl Retrying {
             return Ok(());
         };
         self.retain(batch, range);
-        match self.sink.write(events).await {
+        let limit = self.policy.operation_timeout;
+        match timed(limit, "writing", self.sink.write(events)).await {
             Ok(()) => {
                 self.failures = 0;
                 Ok(())
@@ -175,7 +206,8 @@ impl Retrying {
     /// Flushes, retrying a transient failure.
     async fn flush(&mut self) -> Result<(), SinkError> {
         loop {
-            match self.sink.flush().await {
+            let limit = self.policy.operation_timeout;
+            match timed(limit, "flushing", self.sink.flush()).await {
                 Ok(()) => {
                     self.durable();
                     if let Some(w) = self.watch.as_mut() {
@@ -222,7 +254,10 @@ impl Retrying {
                 return Err(error);
             }
             self.failures = self.failures.saturating_add(1);
-            if let Some(max) = self.policy.backoff.max_attempts {
+            // A full disk is retried for as long as it lasts: giving up
+            // would only move the wait to a restart.
+            let disk_full = error.is_disk_full();
+            if let Some(max) = self.policy.backoff.max_attempts.filter(|_| !disk_full) {
                 if self.failures > max {
                     return Err(SinkError::RetriesExhausted {
                         attempts: self.failures - 1,
@@ -234,10 +269,16 @@ impl Retrying {
                 w.retrying(&error);
             }
             let delay = self.policy.backoff.delay(self.failures);
-            tracing::warn!(%error, attempt = self.failures, delay_ms = delay.as_millis() as u64,
-                replay_events = self.retained_events, "transient sink error; resetting the sink and replaying");
+            if disk_full {
+                tracing::warn!(%error, attempt = self.failures, delay_ms = delay.as_millis() as u64,
+                    replay_events = self.retained_events, "sink's file system is full (ENOSPC); free space there: retrying with backoff until it is, nothing is lost meanwhile");
+            } else {
+                tracing::warn!(%error, attempt = self.failures, delay_ms = delay.as_millis() as u64,
+                    replay_events = self.retained_events, "transient sink error; resetting the sink and replaying");
+            }
             tokio::time::sleep(delay).await;
-            match self.sink.reset().await {
+            let limit = self.policy.operation_timeout;
+            match timed(limit, "reconnecting", self.sink.reset()).await {
                 Ok(()) => {}
                 Err(SinkError::ResetUnsupported) => return Err(error),
                 Err(e) => {
@@ -265,9 +306,10 @@ impl Retrying {
     }
 
     async fn replay(&mut self) -> Result<(), SinkError> {
+        let limit = self.policy.operation_timeout;
         for (batch, range) in &self.retained {
             if let Some(events) = batch.events.get(range.clone()) {
-                self.sink.write(events).await?;
+                timed(limit, "writing", self.sink.write(events)).await?;
             }
         }
         Ok(())
@@ -299,9 +341,10 @@ pub(crate) async fn run_sink(
     rx: mpsc::Receiver<Arc<Batch>>,
     ack: watch::Sender<Lsn>,
     acked: Arc<Notify>,
+    retry: SinkRetry,
     watch: Option<SinkWatch>,
 ) -> Result<(), SinkError> {
-    run_sink_with(sink, rx, ack, acked, SinkRetry::default(), watch).await
+    run_sink_with(sink, rx, ack, acked, retry, watch).await
 }
 
 /// [`run_sink`] with a retry policy.
@@ -391,9 +434,10 @@ pub(crate) async fn run_committing_sink(
     ack: watch::Sender<Lsn>,
     acked: Arc<Notify>,
     peers: u32,
+    retry: SinkRetry,
     watch: Option<SinkWatch>,
 ) -> Result<(), SinkError> {
-    run_committing_sink_with(sink, rx, ack, acked, peers, SinkRetry::default(), watch).await
+    run_committing_sink_with(sink, rx, ack, acked, peers, retry, watch).await
 }
 
 /// [`run_committing_sink`] with a retry policy.
@@ -426,11 +470,19 @@ pub(crate) async fn run_committing_sink_with(
             permits.forget();
         }
         let committed = loop {
-            match sink
+            let commit = sink
                 .sink
-                .commit_checkpoint(&save.checkpoint, &save.lease, save.keep)
-                .await
-            {
+                .commit_checkpoint(&save.checkpoint, &save.lease, save.keep);
+            let commit = match sink.policy.operation_timeout {
+                None => commit.await,
+                Some(after) => tokio::time::timeout(after, commit).await.unwrap_or_else(|e| {
+                    Err(checkpoint_api::CheckpointError::unavailable(
+                        format!("committing the checkpoint with the sink's writes: no answer within {} s (pipeline.sink_timeout_secs)", after.as_secs_f64()),
+                        e,
+                    ))
+                }),
+            };
+            match commit {
                 Ok(meta) => {
                     if let Some(w) = sink.watch.as_mut() {
                         w.flushed();

@@ -67,6 +67,16 @@ pub enum SpillError {
     },
 }
 
+impl SpillError {
+    /// Whether the spill directory's file system is full (`ENOSPC`) or its
+    /// quota exhausted (`EDQUOT`): space may come back, so the pipeline
+    /// reconnects with backoff (the server sends the transaction again and
+    /// spill files are cut at each reconnect) instead of stopping.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, SpillError::Io { source, .. } if crate::disk_full::is_disk_full(source))
+    }
+}
+
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> SpillError + '_ {
     move |source| SpillError::Io {
         path: path.to_owned(),

@@ -99,7 +99,14 @@ impl FileSink {
             let written = if buf.is_empty() {
                 Ok(())
             } else {
-                file.write_all(&buf).map_err(|e| ("writing", e))
+                let before = file.metadata().map(|m| m.len());
+                let written = file.write_all(&buf).map_err(|e| ("writing", e));
+                if written.is_err() {
+                    if let Ok(before) = before {
+                        cut_failed_write(&file, before, &buf);
+                    }
+                }
+                written
             };
             let result = written.and_then(|()| {
                 if sync {
@@ -279,6 +286,28 @@ fn open_latest(base: &Path) -> Result<(u32, PathBuf, fs::File, u64), SinkError> 
     let size = cut_partial_line(&mut file)
         .map_err(|e| SinkError::io("repairing", Some(path.clone()), e))?;
     Ok((seq, path, file, size))
+}
+
+/// After a write of `buf` at offset `before` failed part-way (a full disk,
+/// say), cuts the line it left incomplete, so that readers never see a
+/// partial line while the sink retries. Whole lines written stay (the
+/// replay may repeat them, as at-least-once allows). Best effort: a reset
+/// or the next open cuts a torn line anyway.
+fn cut_failed_write(file: &fs::File, before: u64, buf: &[u8]) {
+    let Ok(after) = file.metadata().map(|m| m.len()) else {
+        return;
+    };
+    let written = usize::try_from(after.saturating_sub(before))
+        .unwrap_or(usize::MAX)
+        .min(buf.len());
+    let whole = buf
+        .get(..written)
+        .and_then(|w| w.iter().rposition(|&b| b == b'\n'))
+        .map_or(0, |pos| pos + 1);
+    let keep = before + whole as u64;
+    if keep < after {
+        let _ = file.set_len(keep);
+    }
 }
 
 /// Truncates `file` after its last `\n` and returns the new length.
@@ -486,6 +515,21 @@ mod tests {
         sink.write(&events(1, 1)).await.unwrap();
         sink.close().await.unwrap();
         assert_eq!(indexes(&read_lines(&base)), [6, 7, 0]);
+    }
+
+    #[test]
+    fn a_failed_write_leaves_whole_lines_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        // "a\n" was there; the write of "b\nccc\n" stopped after "b\ncc".
+        fs::write(&path, "a\nb\ncc").unwrap();
+        let file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        cut_failed_write(&file, 2, b"b\nccc\n");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "a\nb\n");
+        // Nothing whole written: back to where it started.
+        fs::write(&path, "a\nbb").unwrap();
+        cut_failed_write(&file, 2, b"bbb\n");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "a\n");
     }
 
     #[tokio::test]

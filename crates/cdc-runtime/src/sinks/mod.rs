@@ -171,6 +171,15 @@ pub enum SinkError {
         #[source]
         source: io::Error,
     },
+    /// A sink operation did not finish in time (a target that stopped
+    /// answering without closing the connection, a stalled disk).
+    #[error("{what} did not finish within {} s; retrying (pipeline.sink_timeout_secs sets the limit)", after.as_secs_f64())]
+    Timeout {
+        /// What the sink was doing.
+        what: &'static str,
+        /// The limit.
+        after: std::time::Duration,
+    },
     /// The target database failed.
     #[error("target database: {}", crate::pg_error::describe(.0))]
     Postgres(#[from] tokio_postgres::Error),
@@ -269,7 +278,7 @@ impl SinkError {
     pub fn fault(&self) -> cdc_core::Fault {
         use cdc_core::Fault;
         match self {
-            SinkError::Io { .. } => Fault::Transient,
+            SinkError::Io { .. } | SinkError::Timeout { .. } => Fault::Transient,
             SinkError::Postgres(e) => crate::pg_error::fault(e),
             SinkError::Event { source, .. } => source.fault(),
             SinkError::NoKey { .. }
@@ -283,6 +292,17 @@ impl SinkError {
             | SinkError::ResetUnsupported
             | SinkError::SchemaChange { .. }
             | SinkError::RetriesExhausted { .. } => Fault::Permanent,
+        }
+    }
+
+    /// Whether a file system is full (`ENOSPC`, `EDQUOT`): transient, and
+    /// retried for as long as it lasts, since freeing space is up to the
+    /// operator.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            SinkError::Io { source, .. } => crate::disk_full::is_disk_full(source),
+            SinkError::Event { source, .. } => source.is_disk_full(),
+            _ => false,
         }
     }
 

@@ -122,6 +122,37 @@ impl PgCheckpointStore {
     }
 }
 
+impl PgCheckpointStore {
+    /// Runs `op` (`what` names it) within
+    /// [`PoolOptions::operation_timeout`](crate::PoolOptions::operation_timeout).
+    /// On a timeout the idle pooled connections are dropped: the one the
+    /// operation was stuck on went back to the pool when it was cancelled
+    /// (an open transaction of it is rolled back by the driver).
+    async fn timed<T>(
+        &self,
+        what: &'static str,
+        op: impl std::future::Future<Output = Result<T, CheckpointError>>,
+    ) -> Result<T, CheckpointError> {
+        let Some(limit) = self.inner.config.pool.operation_timeout else {
+            return op.await;
+        };
+        let result = tokio::time::timeout(limit, op).await;
+        match result {
+            Ok(r) => r,
+            Err(elapsed) => {
+                self.pool.retain(|_, _| false);
+                Err(CheckpointError::unavailable(
+                    format!(
+                        "{what}: the checkpoint database did not answer within {} s (PoolOptions::operation_timeout; in pgcdc.toml checkpoint.store_timeout_secs)",
+                        limit.as_secs_f64()
+                    ),
+                    elapsed,
+                ))
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl CheckpointStore for PgCheckpointStore {
     async fn acquire_lease(
@@ -129,7 +160,8 @@ impl CheckpointStore for PgCheckpointStore {
         job: &JobName,
         owner: &OwnerId,
     ) -> Result<Lease, CheckpointError> {
-        self.acquire(job, owner).await
+        self.timed("taking the lease", self.acquire(job, owner))
+            .await
     }
 
     async fn save(
@@ -137,11 +169,13 @@ impl CheckpointStore for PgCheckpointStore {
         lease: &Lease,
         checkpoint: &Checkpoint,
     ) -> Result<CheckpointMeta, CheckpointError> {
-        self.save_pooled(lease, checkpoint).await
+        self.timed("saving a checkpoint", self.save_pooled(lease, checkpoint))
+            .await
     }
 
     async fn latest(&self, job: &JobName) -> Result<Latest, CheckpointError> {
-        self.find_latest(job).await
+        self.timed("loading the newest checkpoint", self.find_latest(job))
+            .await
     }
 
     async fn load(
@@ -149,18 +183,22 @@ impl CheckpointStore for PgCheckpointStore {
         job: &JobName,
         id: CheckpointId,
     ) -> Result<StoredCheckpoint, CheckpointError> {
-        self.load_one(job, id).await
+        self.timed("loading a checkpoint", self.load_one(job, id))
+            .await
     }
 
     async fn list(&self, job: &JobName) -> Result<Vec<CheckpointMeta>, CheckpointError> {
-        self.list_metas(job).await
+        self.timed("listing checkpoints", self.list_metas(job))
+            .await
     }
 
     async fn delete(&self, lease: &Lease, id: CheckpointId) -> Result<(), CheckpointError> {
-        self.delete_one(lease, id).await
+        self.timed("deleting a checkpoint", self.delete_one(lease, id))
+            .await
     }
 
     async fn retain(&self, lease: &Lease, keep: usize) -> Result<usize, CheckpointError> {
-        self.retain_newest(lease, keep).await
+        self.timed("deleting old checkpoints", self.retain_newest(lease, keep))
+            .await
     }
 }

@@ -34,6 +34,8 @@ impl Config {
                 channel_capacity: self.pipeline.channel_capacity,
                 status_log_interval: (self.pipeline.status_log_interval_secs > 0)
                     .then(|| Duration::from_secs(self.pipeline.status_log_interval_secs)),
+                sink_timeout: (self.pipeline.sink_timeout_secs > 0)
+                    .then(|| Duration::from_secs(self.pipeline.sink_timeout_secs)),
             });
         for sink in &self.sinks {
             builder = builder.sink(sink.options()?);
@@ -76,6 +78,7 @@ impl Config {
         config.schema = cc.schema.clone();
         config.table = cc.table.clone();
         config.keep_on_save = Some(cc.keep);
+        config.pool.operation_timeout = cc.store_timeout();
         if let Some(threshold) = cc.inline_threshold {
             config.inline_threshold = threshold;
         }
@@ -105,6 +108,8 @@ impl SourceConfig {
         options.capture_ddl = self.capture_ddl;
         options.heartbeat_interval = (self.heartbeat_interval_ms > 0)
             .then(|| Duration::from_millis(self.heartbeat_interval_ms));
+        options.receive_timeout =
+            (self.receive_timeout_secs > 0).then(|| Duration::from_secs(self.receive_timeout_secs));
         Ok(options)
     }
 }

@@ -54,6 +54,15 @@ pub struct CheckpointConfig {
     /// Resume even when the slot was confirmed past the newest checkpoint.
     #[serde(default)]
     pub trust_slot: bool,
+    /// Seconds one checkpoint store operation (a save, a load) may take
+    /// before it fails and is retried at the next interval (default 120;
+    /// 0: no limit).
+    #[serde(default = "default_store_timeout_secs")]
+    pub store_timeout_secs: u64,
+}
+
+fn default_store_timeout_secs() -> u64 {
+    checkpoint_pg::DEFAULT_OPERATION_TIMEOUT.as_secs()
 }
 
 fn default_schema() -> String {
@@ -100,6 +109,11 @@ impl CheckpointConfig {
         Duration::from_millis(self.interval_ms)
     }
 
+    /// [`store_timeout_secs`](Self::store_timeout_secs) as a limit (`None`: 0).
+    pub fn store_timeout(&self) -> Option<Duration> {
+        (self.store_timeout_secs > 0).then(|| Duration::from_secs(self.store_timeout_secs))
+    }
+
     pub(super) fn apply_env(
         &mut self,
         env: &impl Fn(&str) -> Option<String>,
@@ -142,6 +156,9 @@ impl CheckpointConfig {
                     ))
                 }
             };
+        }
+        if let Some(v) = num("store_timeout_secs")? {
+            self.store_timeout_secs = v;
         }
         if let Some(v) = var("trust_slot") {
             self.trust_slot = env_bool("PGCDC_CHECKPOINT_TRUST_SLOT", v)?;

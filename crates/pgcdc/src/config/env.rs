@@ -28,6 +28,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_SOURCE_SIGNALS",
     "PGCDC_SOURCE_CAPTURE_DDL",
     "PGCDC_SOURCE_PUBLISH_VIA_PARTITION_ROOT",
+    "PGCDC_SOURCE_RECEIVE_TIMEOUT_SECS",
     "PGCDC_PIPELINE_BATCH_SIZE",
     "PGCDC_PIPELINE_BYTE_BUDGET",
     "PGCDC_PIPELINE_SPILL_DIR",
@@ -35,6 +36,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_PIPELINE_STATUS_LOG_INTERVAL_SECS",
     "PGCDC_PIPELINE_CHANNEL_CAPACITY",
     "PGCDC_PIPELINE_WORKER_THREADS",
+    "PGCDC_PIPELINE_SINK_TIMEOUT_SECS",
     "PGCDC_METRICS_LISTEN",
     "PGCDC_CHECKPOINT_JOB",
     "PGCDC_CHECKPOINT_URL",
@@ -43,6 +45,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_CHECKPOINT_KEEP",
     "PGCDC_CHECKPOINT_CONFIRM",
     "PGCDC_CHECKPOINT_TRUST_SLOT",
+    "PGCDC_CHECKPOINT_STORE_TIMEOUT_SECS",
     "PGCDC_SNAPSHOT_MODE",
     "PGCDC_SNAPSHOT_CHUNK_SIZE",
     "PGCDC_SNAPSHOT_READERS",
@@ -224,6 +227,14 @@ impl Config {
                 )
             })?;
         }
+        if let Some(v) = var("receive_timeout_secs") {
+            s.receive_timeout_secs = v.parse().map_err(|_| {
+                invalid(
+                    "PGCDC_SOURCE_RECEIVE_TIMEOUT_SECS",
+                    format!("{v:?} is not a number of seconds"),
+                )
+            })?;
+        }
         let p = &mut self.pipeline;
         let num = |key: &str| -> Result<Option<u64>, ConfigFileError> {
             let name = format!("PGCDC_PIPELINE_{}", key.to_ascii_uppercase());
@@ -252,6 +263,9 @@ impl Config {
         }
         if let Some(v) = num("channel_capacity")? {
             p.channel_capacity = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = num("sink_timeout_secs")? {
+            p.sink_timeout_secs = v;
         }
         if let Some(v) = num("worker_threads")? {
             p.worker_threads = Some(usize::try_from(v).unwrap_or(usize::MAX));

@@ -177,6 +177,7 @@ fn fast(max_attempts: u32, max_retained_events: usize) -> SinkRetry {
             max_attempts: Some(max_attempts),
         },
         max_retained_events,
+        operation_timeout: None,
     }
 }
 
