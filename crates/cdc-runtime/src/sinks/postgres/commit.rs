@@ -40,12 +40,16 @@ impl PgTableSink {
         }
         let meta = store.save_in(client, lease, checkpoint, keep).await?;
         self.open = false;
+        // Unknown from the moment COMMIT is sent: if this future is dropped
+        // (a timeout) before the answer, the retry must look first too.
+        self.commit_unknown = Some(checkpoint.id);
         if let Err(e) = client.batch_execute("COMMIT").await {
-            if crate::pg_error::fault(&e).is_transient() {
-                self.commit_unknown = Some(checkpoint.id);
+            if !crate::pg_error::fault(&e).is_transient() {
+                self.commit_unknown = None;
             }
             return Err(txn_error("commit", e));
         }
+        self.commit_unknown = None;
         Ok(meta)
     }
 

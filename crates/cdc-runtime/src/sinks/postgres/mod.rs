@@ -148,6 +148,10 @@ pub struct PgTableSink {
     /// The checkpoint whose `COMMIT` failed with a lost connection: the
     /// server may have committed it anyway, so a retry looks first.
     commit_unknown: Option<checkpoint_api::CheckpointId>,
+    /// The server process of `client` (`None` when unknown): a reset ends it
+    /// for sure before replaying, so a write that timed out cannot commit
+    /// behind the replay's back.
+    backend_pid: Option<i32>,
 }
 
 const PROGRESS_DDL: &str = "CREATE SCHEMA IF NOT EXISTS pgcdc; \
@@ -181,6 +185,7 @@ impl PgTableSink {
             open: false,
             config: None,
             commit_unknown: None,
+            backend_pid: None,
         }
     }
 
@@ -313,8 +318,10 @@ impl PgTableSink {
         options: PgTableSinkOptions,
     ) -> Result<Self, SinkError> {
         let client = Self::open_client(config).await?;
+        let backend_pid = backend_pid(&client).await;
         let mut sink = Self::new(client, options);
         sink.config = Some(config.clone());
+        sink.backend_pid = backend_pid;
         Ok(sink)
     }
 
@@ -571,11 +578,65 @@ impl Sink for PgTableSink {
         self.statements.clear();
         self.target_keys.clear();
         self.applied = None;
-        self.client = Some(Self::open_client(&config).await?);
+        let client = Self::open_client(&config).await?;
+        // A statement that timed out was abandoned, not cancelled: its
+        // session may still be running it, and could commit after the
+        // replay read the progress row. End that session and wait until it
+        // is gone, so what it did is decided before anything is replayed.
+        if let Some(old) = self.backend_pid.take() {
+            end_session(&client, old).await?;
+        }
+        self.backend_pid = backend_pid(&client).await;
+        self.client = Some(client);
         tracing::info!("postgres sink reconnected; replaying from its last durable position");
         Ok(())
     }
 }
+
+/// The server process serving `client`, if it answers.
+async fn backend_pid(client: &Client) -> Option<i32> {
+    let row = client
+        .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
+        .await
+        .ok()?;
+    row.try_get(0).ok()
+}
+
+/// Ends the server session `pid` (the sink's previous connection) and waits
+/// up to [`END_SESSION_WAIT`] until it has exited. Fails (transiently) when
+/// it is still there, so the reset is retried rather than replaying beside
+/// a session that may yet commit.
+async fn end_session(client: &Client, pid: i32) -> Result<(), SinkError> {
+    let millis = i64::try_from(END_SESSION_WAIT.as_millis()).unwrap_or(i64::MAX);
+    // `pg_terminate_backend` waits for the exit when given a timeout; it
+    // returns false with a WARNING when the session outlives it. A session
+    // that is already gone makes it warn and return false too, so ask
+    // whether it is still there.
+    let _ = client
+        .query_opt(
+            "SELECT pg_catalog.pg_terminate_backend($1, $2) \
+             FROM pg_catalog.pg_stat_activity WHERE pid = $1",
+            &[&pid, &millis],
+        )
+        .await?;
+    let alive = client
+        .query_opt(
+            "SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .await?
+        .is_some();
+    if alive {
+        return Err(SinkError::Timeout {
+            what: "ending the previous target session before replaying",
+            after: END_SESSION_WAIT,
+        });
+    }
+    Ok(())
+}
+
+/// How long [`Sink::reset`] waits for the previous session to exit.
+const END_SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long [`Sink::reset`] waits for the old connection's `ROLLBACK`.
 const RESET_ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
