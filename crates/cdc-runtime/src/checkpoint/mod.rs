@@ -53,6 +53,7 @@ pub(crate) use coordinator::{Coordinator, InSinkSave};
 pub use recovery::{
     recover, slot_state, start_over, Recovered, RecoveryError, RecoveryOptions, SlotState,
 };
+pub(crate) use slot_lost::is_invalidated_refusal;
 pub use slot_lost::{pipeline_slot_lost, refused_as_lost, SlotLoss, SlotLostError};
 
 /// The default interval between checkpoints (30 s).

@@ -135,14 +135,12 @@ pub(crate) fn invalidation(
 }
 
 /// The server's refusal to stream from an invalidated slot, if `e` is one
-/// (SQLSTATE 55000 "can no longer get changes from / access replication
-/// slot").
+/// (SQLSTATE 55000: "can no longer get changes from / access replication
+/// slot" on 16+, "cannot read from logical replication slot" with the
+/// detail "This slot has been invalidated ..." on 15).
 pub fn refused_as_lost(e: &ReplicationError) -> Option<SlotLoss> {
     let db = e.as_db_error()?;
-    let lost = db.code() == "55000"
-        && db.message().contains("can no longer")
-        && db.message().contains("replication slot");
-    if !lost {
+    if !is_invalidated_refusal(db.code(), db.message(), db.detail()) {
         return None;
     }
     let message = match db.detail() {
@@ -150,6 +148,14 @@ pub fn refused_as_lost(e: &ReplicationError) -> Option<SlotLoss> {
         None => db.message().to_owned(),
     };
     Some(SlotLoss::Refused { message })
+}
+
+/// Whether a server error says the slot is invalidated.
+pub(crate) fn is_invalidated_refusal(code: &str, message: &str, detail: Option<&str>) -> bool {
+    code == "55000"
+        && message.contains("replication slot")
+        && (message.contains("can no longer")
+            || detail.is_some_and(|d| d.contains("has been invalidated")))
 }
 
 /// [`refused_as_lost`] for a pipeline's error (also when reconnects gave up).
@@ -228,6 +234,7 @@ mod tests {
             routine: None,
         };
         for message in [
+            "cannot read from logical replication slot \"s\"",
             "can no longer get changes from replication slot \"s\"",
             "can no longer access replication slot \"s\"",
         ] {
