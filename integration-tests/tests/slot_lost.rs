@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cdc_runtime::sinks::FileSink;
-use integration_tests::{eventually, ClusterOptions, LocalCluster, Pgcdc, TempDir, TestDatabase};
+use integration_tests::{
+    eventually, ClusterOptions, LocalCluster, Pgcdc, TempDir, TestDatabase, TestPostgres,
+};
 use serde_json::Value as Json;
 use tokio_postgres::Client;
 
@@ -358,5 +360,79 @@ async fn a_slot_lost_while_streaming_is_resnapshotted() {
         .await
         .unwrap();
     await_cond(&mut pgcdc, "new changes", || ids(&out, "c").contains(&81)).await;
+    pgcdc.terminate(TIMEOUT).await.unwrap();
+}
+
+/// The slot is gone while the job has a checkpoint (dropped, or not
+/// synchronized to a promoted standby): `fail` refuses and names both ways
+/// out; `resnapshot` creates a new slot and reads every row again.
+#[tokio::test]
+async fn a_vanished_slot_fails_or_is_resnapshotted() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE t (id bigint PRIMARY KEY, note text);
+             INSERT INTO t SELECT g, 'first' FROM generate_series(1, 40) g",
+        )
+        .await
+        .unwrap();
+    let dir = TempDir::new("slot-vanished");
+    let out1 = dir.path().join("first.jsonl");
+    let config = write_config(dir.path(), &db, "fail", &out1);
+    let mut pgcdc = Pgcdc::run(&config).unwrap();
+    await_cond(&mut pgcdc, "the snapshot", || {
+        ids(&out1, "r") == all(1..=40)
+    })
+    .await;
+    pgcdc.terminate(TIMEOUT).await.unwrap();
+    let old_newest = max_checkpoint_id(&client).await.expect("a checkpoint");
+    client
+        .batch_execute(&format!(
+            "SELECT pg_drop_replication_slot('{SLOT}');
+             INSERT INTO t SELECT g, 'while gone' FROM generate_series(41, 60) g"
+        ))
+        .await
+        .unwrap();
+
+    let mut failing = Pgcdc::run(&config).unwrap();
+    let status = failing.wait(TIMEOUT).await.unwrap();
+    let stderr = failing.stderr();
+    assert_eq!(status.code(), Some(4), "{stderr}");
+    for needle in ["does not exist, but job", "on_slot_lost = \"resnapshot\""] {
+        assert!(stderr.contains(needle), "{needle:?} not in:\n{stderr}");
+    }
+    assert_eq!(
+        wal_status(&client).await,
+        None,
+        "fail must not create a slot"
+    );
+
+    let out2 = dir.path().join("second.jsonl");
+    let config = write_config(dir.path(), &db, "resnapshot", &out2);
+    let mut pgcdc = Pgcdc::run(&config).unwrap();
+    await_cond(&mut pgcdc, "every row again", || {
+        ids(&out2, "r") == all(1..=60)
+    })
+    .await;
+    assert!(
+        pgcdc.stderr().contains("the replication slot is lost"),
+        "{}",
+        pgcdc.stderr()
+    );
+    client
+        .batch_execute("INSERT INTO t VALUES (61, 'after')")
+        .await
+        .unwrap();
+    await_cond(&mut pgcdc, "new changes", || {
+        ids(&out2, "c") == all(61..=61)
+    })
+    .await;
+    eventually("a checkpoint of the new slot", TIMEOUT, || async {
+        max_checkpoint_id(&client)
+            .await
+            .filter(|id| *id > old_newest)
+    })
+    .await;
     pgcdc.terminate(TIMEOUT).await.unwrap();
 }
