@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use cdc_runtime::sinks::FileSink;
 use integration_tests::{
-    eventually, ClusterOptions, LocalCluster, Pgcdc, TempDir, TestDatabase, TestPostgres,
+    eventually, run_pgcdc, ClusterOptions, LocalCluster, Pgcdc, TempDir, TestDatabase, TestPostgres,
 };
 use serde_json::Value as Json;
 use tokio_postgres::Client;
@@ -209,10 +209,34 @@ async fn an_invalidated_slot_fails_or_is_resnapshotted() {
     assert!(stderr.contains(reason), "{reason:?} not in:\n{stderr}");
     assert_eq!(wal_status(&client).await.as_deref(), Some("lost"));
     assert_eq!(max_checkpoint_id(&client).await, Some(old_newest));
+    // `pgcdc validate` says the same.
+    let validate = |config: PathBuf| async move {
+        let out = run_pgcdc(&["validate", "--config", config.to_str().unwrap()], TIMEOUT)
+            .await
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let (code, text) = validate(config.clone()).await;
+    assert_eq!(code, Some(4), "{text}");
+    assert!(
+        text.contains("replication slot \"lost_slot\" is lost"),
+        "{text}"
+    );
 
     // 4. on_slot_lost = "resnapshot": a new slot, every row again, then streaming.
     let out2 = dir.path().join("second.jsonl");
     let config = write_config(dir.path(), &db, "resnapshot", &out2);
+    let (code, text) = validate(config.clone()).await;
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("is lost") && text.contains("will drop it"),
+        "{text}"
+    );
     let restarted = Instant::now();
     let mut pgcdc = Pgcdc::run(&config).unwrap();
     await_cond(&mut pgcdc, "every row again", || {
