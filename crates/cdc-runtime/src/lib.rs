@@ -146,4 +146,4 @@ pub use pipeline::{Pipeline, PipelineError, PipelineOptions, Progress};
 pub use replication::{ReplicationConfig, ReplicationConnection, ReplicationError};
 pub use sinks::{Sink, SinkError, SinkOptions};
 pub use snapshot::{SnapshotOptions, StartupMode};
-pub use source::{Capture, SourceOptions, TableRef};
+pub use source::{Capture, OnSlotLost, SourceOptions, TableRef};

@@ -47,6 +47,23 @@ pub struct SourceOptions {
     /// changes are known at their own LSN and dropped tables are reported.
     /// Installing needs a superuser once.
     pub capture_ddl: bool,
+    /// What to do when the slot is lost: invalidated by the server, or gone
+    /// while the job has a checkpoint (see [`crate::checkpoint::SlotLoss`]).
+    pub on_slot_lost: OnSlotLost,
+}
+
+/// What a job does when its replication slot is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnSlotLost {
+    /// Stop with [`crate::checkpoint::SlotLostError`]: the reason and the
+    /// way out (the default).
+    #[default]
+    Fail,
+    /// Say so at WARN, delete the job's checkpoints, drop the slot, create
+    /// a new one and read every published table again, as a first start
+    /// does. Downstream receives every row again: at-least-once across a
+    /// lost slot.
+    Resnapshot,
 }
 
 /// What a publication publishes of one table (PostgreSQL 15+).
@@ -87,6 +104,7 @@ impl SourceOptions {
             signals: true,
             publish_via_partition_root: true,
             capture_ddl: false,
+            on_slot_lost: OnSlotLost::Fail,
         }
     }
 

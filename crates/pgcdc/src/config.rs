@@ -16,6 +16,7 @@
 //! create_publication = true
 //! # start_lsn = "0/16B3748"   # default: the slot's confirmed position
 //! # heartbeat_interval_ms = 10000  # a WAL heartbeat, when other databases write
+//! # on_slot_lost = "fail"         # or "resnapshot": a new slot and snapshot
 //!
 //! [pipeline]
 //! batch_size = 1000
@@ -81,7 +82,7 @@ mod secret;
 mod snapshot;
 mod source;
 
-pub use source::{FilteredTable, TableEntry};
+pub use source::{FilteredTable, SlotLostSetting, TableEntry};
 
 pub use checkpoint::{CheckpointConfig, ConfirmSetting, OperatorConfig};
 pub use env::{unknown_env_vars, UnknownEnvVar, ENV_VARS};
@@ -265,6 +266,11 @@ pub struct SourceConfig {
     /// (default false; installing needs a superuser once).
     #[serde(default)]
     pub capture_ddl: bool,
+    /// The slot was invalidated by the server, or is gone while the job has
+    /// a checkpoint: `fail` (the default) stops with the reason and the way
+    /// out; `resnapshot` creates a new slot and reads every table again.
+    #[serde(default)]
+    pub on_slot_lost: SlotLostSetting,
 }
 
 fn default_host() -> String {

@@ -14,8 +14,9 @@ Exit status:
   1  any other failure (the server is not ready, a sink or the pipeline failed, ...)
   2  configuration or command-line error (pgcdc.toml, PGCDC_* variables, arguments)
   3  cannot connect to the source or the checkpoint database
-  4  refused to start: another instance holds the job's lock, or the slot and
-     the checkpoints disagree (e.g. the slot is confirmed past the newest checkpoint)";
+  4  refused to start: another instance holds the job's lock, the slot and
+     the checkpoints disagree (e.g. the slot is confirmed past the newest checkpoint),
+     or the slot is lost (invalidated; source.on_slot_lost = \"fail\")";
 
 /// Why pgcdc failed, as its exit status says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +27,8 @@ pub enum ExitKind {
     Config,
     /// 3: a server could not be reached or refused the connection.
     Connect,
-    /// 4: the job refused to start (lock held, slot and checkpoints disagree).
+    /// 4: the job refused to start (lock held, slot and checkpoints
+    /// disagree, slot lost).
     Refused,
 }
 
@@ -51,6 +53,7 @@ impl ExitKind {
             JobError::Lock(LockError::Held { .. }) => ExitKind::Refused,
             JobError::Recovery(RecoveryError::Store(e)) => ExitKind::of_store(e),
             JobError::Recovery(_) => ExitKind::Refused,
+            JobError::SlotLost(_) => ExitKind::Refused,
             _ => ExitKind::Failure,
         }
     }

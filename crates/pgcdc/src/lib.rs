@@ -55,15 +55,39 @@ pub async fn run(
     options: &RunOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Progress, JobError> {
-    let mut builder = config.job_builder().map_err(config_error)?;
-    if let Some(id) = options.from_checkpoint {
-        builder = builder.from_checkpoint(id);
+    use futures_util::future::{FusedFuture, FutureExt};
+    let shutdown = shutdown.fuse();
+    futures_util::pin_mut!(shutdown);
+    let mut from_checkpoint = options.from_checkpoint;
+    let mut restarted: Option<std::time::Instant> = None;
+    loop {
+        let mut builder = config.job_builder().map_err(config_error)?;
+        if let Some(id) = from_checkpoint.take() {
+            builder = builder.from_checkpoint(id);
+        }
+        if let Some(m) = &options.monitor {
+            builder = builder.monitor(m.clone());
+        }
+        match builder.build()?.run(shutdown.as_mut()).await {
+            // Lost while streaming: the next start applies on_slot_lost
+            // (at most once a minute, so a slot that cannot be re-created
+            // does not spin).
+            Err(JobError::SlotLost(e))
+                if config.source.on_slot_lost == config::SlotLostSetting::Resnapshot
+                    && !shutdown.is_terminated()
+                    && restarted.is_none_or(|t| t.elapsed() > SLOT_LOST_RESTART_GAP) =>
+            {
+                tracing::warn!(error = %e, "the replication slot was lost while streaming; starting the job again (source.on_slot_lost = \"resnapshot\")");
+                restarted = Some(std::time::Instant::now());
+            }
+            r => return r,
+        }
     }
-    if let Some(m) = &options.monitor {
-        builder = builder.monitor(m.clone());
-    }
-    builder.build()?.run(shutdown).await
 }
+
+/// The least time between two restarts of a job whose slot was lost while
+/// streaming.
+const SLOT_LOST_RESTART_GAP: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A configuration error as the job reports it.
 fn config_error(e: config::ConfigFileError) -> JobError {

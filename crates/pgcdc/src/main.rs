@@ -5,13 +5,13 @@ mod cli;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use cdc_runtime::checkpoint::slot_state;
+use cdc_runtime::checkpoint::{slot_state, SlotLoss, SlotLostError};
 use cdc_runtime::job::JobLock;
 use cdc_runtime::replication::{ReplicationConnection, ReplicationError};
 use cdc_runtime::setup::{
     prepare, DdlCapture, PublicationChange, SetupError, SetupMode, SignalTable,
 };
-use cdc_runtime::source::SourceOptions;
+use cdc_runtime::source::{OnSlotLost, SourceOptions};
 use checkpoint_api::{CheckpointId, CheckpointStore, JobName, OwnerId};
 use clap::Parser;
 use pgcdc::config::{Config, ConfigFileError};
@@ -199,10 +199,26 @@ async fn check_server(
                 .to_owned(),
         ),
     };
-    let slot_line = if report.created_slot {
-        format!("will create slot {slot:?} (source.create_slot = true)")
-    } else {
-        format!("slot {slot:?} exists (logical, pgoutput, this database)")
+    let invalidated = match report.created_slot {
+        true => None,
+        false => slot_state(conn, slot)
+            .await
+            .map_err(|e| Failure::connect(&e))?
+            .and_then(|s| s.invalidated),
+    };
+    let slot_line = match (report.created_slot, invalidated) {
+        (true, _) => format!("will create slot {slot:?} (source.create_slot = true)"),
+        (false, None) => format!("slot {slot:?} exists (logical, pgoutput, this database)"),
+        (false, Some(reason)) => match source.on_slot_lost {
+            OnSlotLost::Fail => {
+                let e = SlotLostError {
+                    slot: slot.clone(),
+                    loss: SlotLoss::Invalidated { reason },
+                };
+                return Err(Failure::new(ExitKind::Refused, e));
+            }
+            _ => format!("slot {slot:?} is lost ({reason}): will drop it, create a new one and read every published table again (source.on_slot_lost = \"resnapshot\")"),
+        },
     };
     let mut lines = vec![
         format!(

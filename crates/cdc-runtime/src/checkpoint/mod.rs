@@ -30,9 +30,15 @@
 //! restores every operator's state and starts replication at the
 //! checkpoint's position, skipping any transaction that ended at or before
 //! it.
+//!
+//! A slot the server invalidated, or one gone while a checkpoint exists, is
+//! *lost* ([`SlotLoss`]): the job stops with [`SlotLostError`], or with
+//! `on_slot_lost = "resnapshot"` [`start_over`] deletes the checkpoints and
+//! the job starts again like a first start, with a new slot and snapshot.
 
 mod coordinator;
 mod recovery;
+mod slot_lost;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +50,11 @@ use checkpoint_api::{
 };
 
 pub(crate) use coordinator::{Coordinator, InSinkSave};
-pub use recovery::{recover, slot_state, Recovered, RecoveryError, RecoveryOptions, SlotState};
+pub use recovery::{
+    recover, slot_state, start_over, Recovered, RecoveryError, RecoveryOptions, SlotState,
+};
+pub(crate) use slot_lost::is_invalidated_refusal;
+pub use slot_lost::{pipeline_slot_lost, refused_as_lost, SlotLoss, SlotLostError};
 
 /// The default interval between checkpoints (30 s).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);

@@ -23,6 +23,12 @@ pub struct SlotState {
     pub current_wal: Lsn,
     /// The backend streaming from the slot, if one is.
     pub active_pid: Option<i32>,
+    /// `wal_status` (PostgreSQL 13+): `reserved`, `extended`, `unreserved`
+    /// (WAL will soon be removed) or `lost`.
+    pub wal_status: Option<String>,
+    /// Why the server invalidated the slot (`None`: it is usable); see
+    /// [`super::slot_lost`].
+    pub invalidated: Option<String>,
 }
 
 impl SlotState {
@@ -39,9 +45,13 @@ pub async fn slot_state(
     conn: &mut ReplicationConnection,
     slot: &str,
 ) -> Result<Option<SlotState>, ReplicationError> {
+    // Columns that only newer servers have are read through to_jsonb, so
+    // one query serves every version (absent ones read as NULL).
     let sql = format!(
-        "SELECT confirmed_flush_lsn, restart_lsn, pg_catalog.pg_current_wal_lsn(), active_pid \
-         FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
+        "SELECT confirmed_flush_lsn, restart_lsn, pg_catalog.pg_current_wal_lsn(), active_pid, \
+         pg_catalog.to_jsonb(s) ->> 'wal_status', pg_catalog.to_jsonb(s) ->> 'conflicting', \
+         pg_catalog.to_jsonb(s) ->> 'invalidation_reason' \
+         FROM pg_catalog.pg_replication_slots s WHERE slot_name = {}",
         quote_literal(slot)
     );
     let mut results = conn.simple_query(&sql).await?;
@@ -58,7 +68,16 @@ pub async fn slot_state(
             .and_then(|s| s.parse().ok())
             .unwrap_or(Lsn::INVALID)
     };
+    let text = |i: usize| row.get(i).cloned().flatten();
+    let wal_status = text(4);
+    let invalidated = super::slot_lost::invalidation(
+        wal_status.as_deref(),
+        text(5).as_deref(),
+        text(6).as_deref(),
+    );
     Ok(Some(SlotState {
+        wal_status,
+        invalidated,
         name: slot.to_owned(),
         confirmed_flush: lsn(0),
         restart_lsn: lsn(1),
@@ -122,7 +141,9 @@ pub enum RecoveryError {
         "replication slot {slot:?} does not exist, but job {job} has checkpoint {id} at {lsn}: \
              the changes after {lsn} cannot be replayed from a new slot. To start over, delete the \
              job's checkpoints (`pgcdc checkpoints prune --job {job} --keep 0`) and run again; \
-             pgcdc then creates the slot (source.create_slot = true) and streams from now on"
+             pgcdc then creates the slot (source.create_slot = true) and streams from now on. \
+             Or set source.on_slot_lost = \"resnapshot\": pgcdc then creates the slot and reads \
+             every published table again"
     )]
     SlotMissing {
         /// The slot.
@@ -150,6 +171,47 @@ pub enum RecoveryError {
         /// Its position.
         lsn: Lsn,
     },
+}
+
+/// Starts `options.job` over after its slot was lost: takes the lease
+/// (fencing any earlier writer) and deletes every checkpoint, since none of
+/// their positions can be streamed from a new slot. The job then starts as
+/// a first start does (no checkpoint, a new snapshot), and its checkpoint
+/// ids go on after the highest one.
+///
+/// Deleting comes first: should the job stop before its new slot has a
+/// checkpoint, the next start finds no checkpoint and takes the snapshot
+/// again rather than resuming from a position of the old slot.
+pub async fn start_over(
+    store: &dyn CheckpointStore,
+    options: &RecoveryOptions,
+) -> Result<Recovered, RecoveryError> {
+    let job = &options.job;
+    let lease = store.acquire_lease(job, &options.owner).await?;
+    let all = store.list(job).await?;
+    let mut discarded = Vec::with_capacity(all.len());
+    for meta in &all {
+        store.delete(&lease, meta.id).await?;
+        discarded.push(meta.id);
+    }
+    let next_id = all
+        .iter()
+        .map(|m| m.id)
+        .max()
+        .and_then(CheckpointId::next)
+        .unwrap_or(CheckpointId::FIRST);
+    if !discarded.is_empty() {
+        tracing::warn!(job = %job, ?discarded, "deleted the checkpoints of the lost slot");
+    }
+    Ok(Recovered {
+        lease,
+        checkpoint: None,
+        skipped: Vec::new(),
+        discarded,
+        next_id,
+        retained: Vec::new(),
+        start_lsn: None,
+    })
 }
 
 /// Takes `options.job`'s lease (fencing any earlier writer), picks the

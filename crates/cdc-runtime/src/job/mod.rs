@@ -37,6 +37,7 @@
 mod builder;
 mod heartbeat;
 mod lock;
+mod lost_slot;
 mod slot_watch;
 mod status_log;
 mod store;
@@ -47,7 +48,10 @@ use std::sync::Arc;
 use checkpoint_api::{CheckpointError, JobName, OwnerId};
 use tokio::sync::watch;
 
-use crate::checkpoint::{recover, slot_state, CheckpointOptions, RecoveryError, RecoveryOptions};
+use crate::checkpoint::{
+    recover, slot_state, start_over, CheckpointOptions, RecoveryError, RecoveryOptions, SlotLoss,
+    SlotLostError,
+};
 use crate::pipeline::{Pipeline, PipelineError, PipelineOptions, Progress};
 use crate::replication::{ReplicationConnection, ReplicationError};
 use crate::setup::{prepare, SetupError, SetupMode};
@@ -98,6 +102,11 @@ pub enum JobError {
     /// The initial snapshot could not be planned.
     #[error("initial snapshot: {0}")]
     Snapshot(#[from] SnapshotError),
+    /// The replication slot is lost: found at start with
+    /// `source.on_slot_lost = "fail"`, or while streaming (running the job
+    /// again then applies `on_slot_lost`).
+    #[error(transparent)]
+    SlotLost(#[from] SlotLostError),
 }
 
 /// A job ready to run; see the [module docs](self).
@@ -195,7 +204,10 @@ impl Job {
             }
             progress
         } else {
-            pipeline.run(shutdown).await?
+            pipeline
+                .run(shutdown)
+                .await
+                .map_err(|e| lost_slot::streaming_error(&slot, e))?
         };
         if progress.snapshot == SnapshotState::Running && !checkpoints {
             tracing::warn!(slot = %slot,
@@ -241,10 +253,12 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     tracing::info!(connection = %rc, "connecting");
     let mut conn = ReplicationConnection::connect(&rc).await?;
     let mut checkpointing = None;
+    // The slot as it was before anything is created: a job with a
+    // checkpoint must not silently get a new slot, and an invalidated slot
+    // is never streamed from.
+    let slot_before = slot_state(&mut conn, &source.slot).await?;
+    let mut lost = lost_slot::check(&source, slot_before.as_ref())?;
     if let Some(cc) = &checkpoints {
-        // The slot as it was before anything is created: a job with a
-        // checkpoint must not silently get a new slot.
-        let slot_before = slot_state(&mut conn, &source.slot).await?;
         let store = cc.store.open().await?;
         let job = match &cc.job {
             Some(j) => j.clone(),
@@ -258,18 +272,29 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
             key: "checkpoint.job".into(),
             reason: e.to_string(),
         })?;
-        let recovered = recover(
-            &store,
-            &source.slot,
-            slot_before.as_ref(),
-            &RecoveryOptions {
-                job,
-                owner,
-                from_checkpoint,
-                trust_slot: cc.trust_slot,
+        let options = RecoveryOptions {
+            job,
+            owner,
+            from_checkpoint,
+            trust_slot: cc.trust_slot,
+        };
+        let recovered = match lost {
+            Some(_) => start_over(&store, &options).await?,
+            None => match recover(&store, &source.slot, slot_before.as_ref(), &options).await {
+                // Gone while a checkpoint exists (e.g. not synchronized to
+                // a promoted standby): lost too, under `resnapshot`.
+                Err(RecoveryError::SlotMissing { id, lsn, .. })
+                    if source.on_slot_lost == crate::source::OnSlotLost::Resnapshot =>
+                {
+                    lost = Some(SlotLoss::Missing {
+                        checkpoint: id,
+                        lsn,
+                    });
+                    start_over(&store, &options).await?
+                }
+                r => r?,
             },
-        )
-        .await?;
+        };
         if let Some(cp) = recovered.checkpoint.as_ref().map(|c| &c.checkpoint) {
             if !cp.config_fingerprint.is_empty() && cp.config_fingerprint != fingerprint {
                 tracing::info!(checkpoint = %cp.id,
@@ -279,6 +304,9 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         checkpointing = Some((store, lock, recovered, cc));
     }
 
+    if let Some(loss) = &lost {
+        lost_slot::start_over(&mut conn, &source.slot, loss, slot_before.is_some()).await?;
+    }
     let report = prepare(&mut conn, &source, SetupMode::Create).await?;
     let _ = conn.close().await;
 
@@ -289,6 +317,8 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     // checkpoints nothing records that a snapshot finished, so the tables
     // are read only with a new slot.
     let read_unrecorded = match checkpointing.as_ref().map(|c| &c.2.checkpoint) {
+        // Starting over after a lost slot: every table, whatever the mode.
+        _ if lost.is_some() => true,
         Some(Some(cp)) => match &cp.checkpoint.snapshot {
             Some(p) => !p.complete || mode.snapshots(),
             None => {
@@ -339,7 +369,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
 
     let mut po = PipelineOptions::new(rc.clone(), &source.slot, &source.publication);
     po.start_lsn = match mode {
-        StartupMode::FromLsn => snapshot_settings.start_lsn,
+        StartupMode::FromLsn if lost.is_none() => snapshot_settings.start_lsn,
         _ => None,
     };
     po.batch_size = tuning.batch_size;

@@ -336,6 +336,7 @@ impl DbError {
             "42704" => "the object does not exist; check the slot and publication names",
             "42710" => "the object already exists; use another slot name or drop the old slot",
             "42501" => "the user needs the REPLICATION attribute (ALTER ROLE ... REPLICATION)",
+            "55000" if crate::checkpoint::is_invalidated_refusal(&self.code, &self.message, self.detail.as_deref()) => "the server invalidated the replication slot: its changes cannot be streamed any more; see source.on_slot_lost",
             "55000" => "check the server's replication settings (wal_level=logical, max_replication_slots, max_wal_senders)",
             "55006" => "another connection is using the slot; retrying once it is released",
             "57P01" | "57P02" | "57P03" => "the server is shutting down or starting; reconnecting later",

@@ -106,6 +106,7 @@ impl SourceConfig {
         options.signals = self.signals;
         options.publish_via_partition_root = self.publish_via_partition_root;
         options.capture_ddl = self.capture_ddl;
+        options.on_slot_lost = self.on_slot_lost.into();
         options.heartbeat_interval = (self.heartbeat_interval_ms > 0)
             .then(|| Duration::from_millis(self.heartbeat_interval_ms));
         options.receive_timeout =

@@ -29,6 +29,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_SOURCE_CAPTURE_DDL",
     "PGCDC_SOURCE_PUBLISH_VIA_PARTITION_ROOT",
     "PGCDC_SOURCE_RECEIVE_TIMEOUT_SECS",
+    "PGCDC_SOURCE_ON_SLOT_LOST",
     "PGCDC_PIPELINE_BATCH_SIZE",
     "PGCDC_PIPELINE_BYTE_BUDGET",
     "PGCDC_PIPELINE_SPILL_DIR",
@@ -218,6 +219,9 @@ impl Config {
         }
         if let Some(v) = var("publish_via_partition_root") {
             s.publish_via_partition_root = env_bool("PGCDC_SOURCE_PUBLISH_VIA_PARTITION_ROOT", v)?;
+        }
+        if let Some(v) = var("on_slot_lost") {
+            s.on_slot_lost = v.parse()?;
         }
         if let Some(v) = var("heartbeat_interval_ms") {
             s.heartbeat_interval_ms = v.parse().map_err(|_| {

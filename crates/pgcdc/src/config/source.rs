@@ -131,3 +131,40 @@ impl From<String> for TableEntry {
         TableEntry::Name(name)
     }
 }
+
+/// `source.on_slot_lost` as written in the file: what `pgcdc run` does when
+/// the slot was invalidated by the server, or is gone while the job has a
+/// checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotLostSetting {
+    /// Stop with the reason and the way out (the default).
+    #[default]
+    Fail,
+    /// Create a new slot and read every table again (announced at WARN).
+    Resnapshot,
+}
+
+impl FromStr for SlotLostSetting {
+    type Err = ConfigFileError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fail" => Ok(SlotLostSetting::Fail),
+            "resnapshot" => Ok(SlotLostSetting::Resnapshot),
+            other => Err(invalid(
+                "source.on_slot_lost",
+                format!("{other:?}: use fail or resnapshot"),
+            )),
+        }
+    }
+}
+
+impl From<SlotLostSetting> for cdc_runtime::source::OnSlotLost {
+    fn from(s: SlotLostSetting) -> Self {
+        match s {
+            SlotLostSetting::Fail => cdc_runtime::source::OnSlotLost::Fail,
+            SlotLostSetting::Resnapshot => cdc_runtime::source::OnSlotLost::Resnapshot,
+        }
+    }
+}

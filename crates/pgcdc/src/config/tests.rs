@@ -163,3 +163,31 @@ fn check_errors_name_where_the_file_or_the_environment_sets_the_key() {
         "invalid checkpoint.keep (from PGCDC_CHECKPOINT_KEEP): must keep at least 1 checkpoint"
     );
 }
+
+#[test]
+fn on_slot_lost_defaults_to_fail_and_reads_file_and_environment() {
+    use cdc_runtime::source::OnSlotLost;
+    let c = Config::parse(MINIMAL).unwrap();
+    assert_eq!(c.source.on_slot_lost, SlotLostSetting::Fail);
+    assert_eq!(
+        c.source.source_options().unwrap().on_slot_lost,
+        OnSlotLost::Fail
+    );
+    let file = MINIMAL.replace(
+        "publication = \"p\"",
+        "publication = \"p\"\non_slot_lost = \"resnapshot\"",
+    );
+    let c = Config::parse(&file).unwrap();
+    assert_eq!(
+        c.source.source_options().unwrap().on_slot_lost,
+        OnSlotLost::Resnapshot
+    );
+    let mut c = Config::parse(MINIMAL).unwrap();
+    c.apply_env(|k| (k == "PGCDC_SOURCE_ON_SLOT_LOST").then(|| "resnapshot".to_owned()))
+        .unwrap();
+    assert_eq!(c.source.on_slot_lost, SlotLostSetting::Resnapshot);
+    let err = c
+        .apply_env(|k| (k == "PGCDC_SOURCE_ON_SLOT_LOST").then(|| "retry".to_owned()))
+        .unwrap_err();
+    assert!(err.to_string().contains("fail or resnapshot"), "{err}");
+}
