@@ -124,6 +124,7 @@ pub mod ddl;
 pub mod encoding;
 pub mod event;
 pub mod job;
+pub mod keepalive;
 pub mod monitor;
 pub mod operators;
 mod pg_error;
