@@ -3,6 +3,7 @@
 
 use cdc_runtime::checkpoint::RecoveryError;
 use cdc_runtime::job::{JobError, LockError};
+use cdc_runtime::pipeline::PipelineError;
 use cdc_runtime::replication::ReplicationError;
 use cdc_runtime::setup::SetupError;
 use checkpoint_api::CheckpointError;
@@ -15,7 +16,9 @@ Exit status:
   2  configuration or command-line error (pgcdc.toml, PGCDC_* variables, arguments)
   3  cannot connect to the source or the checkpoint database
   4  refused to start: another instance holds the job's lock, or the slot and
-     the checkpoints disagree (e.g. the slot is confirmed past the newest checkpoint)";
+     the checkpoints disagree (e.g. the slot is confirmed past the newest checkpoint)
+  5  fenced: another instance (a standby) took the job over while this one ran;
+     it stopped without writing a checkpoint";
 
 /// Why pgcdc failed, as its exit status says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +31,8 @@ pub enum ExitKind {
     Connect,
     /// 4: the job refused to start (lock held, slot and checkpoints disagree).
     Refused,
+    /// 5: another instance took the job over (lock or lease).
+    Fenced,
 }
 
 impl ExitKind {
@@ -38,6 +43,7 @@ impl ExitKind {
             ExitKind::Config => 2,
             ExitKind::Connect => 3,
             ExitKind::Refused => 4,
+            ExitKind::Fenced => 5,
         }
     }
 
@@ -47,6 +53,11 @@ impl ExitKind {
             JobError::Invalid { .. } => ExitKind::Config,
             JobError::Connect(e) => ExitKind::of_connect(e),
             JobError::Setup(SetupError::Connection(e)) if is_connect(e) => ExitKind::Connect,
+            JobError::Fenced { .. }
+            | JobError::Store(CheckpointError::Fenced { .. })
+            | JobError::Pipeline(PipelineError::Checkpoint(CheckpointError::Fenced { .. })) => {
+                ExitKind::Fenced
+            }
             JobError::Store(e) => ExitKind::of_store(e),
             JobError::Lock(LockError::Held { .. }) => ExitKind::Refused,
             JobError::Recovery(RecoveryError::Store(e)) => ExitKind::of_store(e),
@@ -110,5 +121,13 @@ mod tests {
         let wal = JobError::Setup(SetupError::WalLevel("replica".into()));
         assert_eq!(ExitKind::of_job(&wal).code(), 1);
         assert_eq!(ExitKind::of_job(&JobError::Sink("full".into())).code(), 1);
+        let fenced = JobError::Fenced {
+            job: "j".into(),
+            reason: "taken over".into(),
+        };
+        assert_eq!(ExitKind::of_job(&fenced).code(), 5);
+        assert!(fenced
+            .to_string()
+            .starts_with("fenced: another instance took over job"));
     }
 }

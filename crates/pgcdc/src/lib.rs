@@ -46,6 +46,8 @@ pub struct RunOptions {
     /// Keep these metrics and health up to date (serve them with
     /// [`http::start`]).
     pub monitor: Option<cdc_runtime::monitor::Monitor>,
+    /// Stand by (`pgcdc run --standby`, as `[ha] standby = true`).
+    pub standby: bool,
 }
 
 /// Runs the job `config` describes until `shutdown` completes, as `pgcdc
@@ -55,6 +57,15 @@ pub async fn run(
     options: &RunOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Progress, JobError> {
+    let standby;
+    let config = if options.standby && !config.ha.standby {
+        let mut c = config.clone();
+        c.ha.standby = true;
+        standby = c;
+        &standby
+    } else {
+        config
+    };
     let mut builder = config.job_builder().map_err(config_error)?;
     if let Some(id) = options.from_checkpoint {
         builder = builder.from_checkpoint(id);
