@@ -168,7 +168,10 @@ fn check_errors_name_where_the_file_or_the_environment_sets_the_key() {
 fn a_standby_needs_checkpoints_and_reads_its_variables() {
     let mut c = Config::parse(&format!("{MINIMAL}\n[ha]\nstandby = true\n")).unwrap();
     let e = c.check().unwrap_err().to_string();
-    assert!(e.contains("ha.standby") && e.contains("[checkpoint]"), "{e}");
+    assert!(
+        e.contains("ha.standby") && e.contains("[checkpoint]"),
+        "{e}"
+    );
     c.checkpoint = Config::parse(&format!("{MINIMAL}\n[checkpoint]\n"))
         .unwrap()
         .checkpoint;
@@ -183,7 +186,10 @@ fn a_standby_needs_checkpoints_and_reads_its_variables() {
     assert_eq!(c.ha.takeover_after(), Some(Duration::from_millis(1500)));
     let settings = c.job_builder().unwrap();
     let settings = format!("{settings:?}");
-    assert!(settings.contains("takeover_after: Some(1.5s)"), "{settings}");
+    assert!(
+        settings.contains("takeover_after: Some(1.5s)"),
+        "{settings}"
+    );
     c.ha.takeover_after_ms = Some(0);
     assert!(c.check().is_err());
 }
