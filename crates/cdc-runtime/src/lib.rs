@@ -125,6 +125,7 @@ mod disk_full;
 pub mod encoding;
 pub mod event;
 pub mod job;
+pub mod keepalive;
 pub mod monitor;
 pub mod operators;
 mod pg_error;

@@ -114,6 +114,7 @@ impl PgClientSettings {
         if let Some(password) = source.get_password() {
             config.password(password);
         }
+        crate::keepalive::configure(&mut config);
         Ok(PgClientSettings {
             config,
             tls: RustlsConnect {

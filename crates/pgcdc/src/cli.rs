@@ -57,6 +57,11 @@ pub(crate) enum Command {
         /// Resume from this retained checkpoint instead of the newest (newer ones are deleted).
         #[arg(long, value_name = "ID")]
         from_checkpoint: Option<u64>,
+        /// Stand by: wait for the job's lock without a deadline, and take the
+        /// job over when the running instance dies or stops beating
+        /// (as `[ha] standby = true`; needs `[checkpoint]`).
+        #[arg(long)]
+        standby: bool,
     },
     /// Check the configuration and the server without streaming or creating anything.
     #[command(after_help = "Example:\n  pgcdc validate --config pgcdc.toml")]

@@ -45,6 +45,10 @@
 //! mode = "initial"              # initial | latest | snapshot_only | from_lsn
 //! chunk_size = 32768            # rows per chunk of a table with a key
 //! readers = 2                   # chunks read at once
+//!
+//! [ha]                          # needs [checkpoint]
+//! standby = false               # or `pgcdc run --standby`: wait for the job, take it over
+//! # takeover_after_ms = 60000   # default: 2 × checkpoint.interval_ms
 //! ```
 //!
 //! # Environment overrides
@@ -76,6 +80,7 @@ pub use cdc_runtime::source::TableRef;
 mod build;
 mod checkpoint;
 mod env;
+mod ha;
 mod location;
 mod metrics;
 mod secret;
@@ -86,6 +91,7 @@ pub use source::{FilteredTable, SlotLostSetting, TableEntry};
 
 pub use checkpoint::{CheckpointConfig, ConfirmSetting, OperatorConfig};
 pub use env::{unknown_env_vars, UnknownEnvVar, ENV_VARS};
+pub use ha::HaConfig;
 pub use location::{line_column, Location};
 pub use metrics::{MetricsConfig, DEFAULT_METRICS_LISTEN};
 pub use secret::Secret;
@@ -190,6 +196,9 @@ pub struct Config {
     /// The monitoring endpoint.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// A hot standby instance.
+    #[serde(default)]
+    pub ha: HaConfig,
 }
 
 /// `[source]`.
@@ -554,6 +563,7 @@ impl Config {
         }
         self.start_lsn()?;
         self.snapshot.check(s.start_lsn.is_some())?;
+        self.ha.check(self.checkpoint.is_some())?;
         if let Some(c) = &self.checkpoint {
             c.check()?;
             checkpoint_api::JobName::new(c.job_name(s))

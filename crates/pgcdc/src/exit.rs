@@ -3,6 +3,7 @@
 
 use cdc_runtime::checkpoint::RecoveryError;
 use cdc_runtime::job::{JobError, LockError};
+use cdc_runtime::pipeline::PipelineError;
 use cdc_runtime::replication::ReplicationError;
 use cdc_runtime::setup::SetupError;
 use checkpoint_api::CheckpointError;
@@ -16,7 +17,9 @@ Exit status:
   3  cannot connect to the source or the checkpoint database
   4  refused to start: another instance holds the job's lock, the slot and
      the checkpoints disagree (e.g. the slot is confirmed past the newest checkpoint),
-     or the slot is lost (invalidated; source.on_slot_lost = \"fail\")";
+     or the slot is lost (invalidated; source.on_slot_lost = \"fail\")
+  5  fenced: another instance (a standby) took the job over while this one ran;
+     it stopped without writing a checkpoint";
 
 /// Why pgcdc failed, as its exit status says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +33,8 @@ pub enum ExitKind {
     /// 4: the job refused to start (lock held, slot and checkpoints
     /// disagree, slot lost).
     Refused,
+    /// 5: another instance took the job over (lock or lease).
+    Fenced,
 }
 
 impl ExitKind {
@@ -40,6 +45,7 @@ impl ExitKind {
             ExitKind::Config => 2,
             ExitKind::Connect => 3,
             ExitKind::Refused => 4,
+            ExitKind::Fenced => 5,
         }
     }
 
@@ -49,6 +55,11 @@ impl ExitKind {
             JobError::Invalid { .. } => ExitKind::Config,
             JobError::Connect(e) => ExitKind::of_connect(e),
             JobError::Setup(SetupError::Connection(e)) if is_connect(e) => ExitKind::Connect,
+            JobError::Fenced { .. }
+            | JobError::Store(CheckpointError::Fenced { .. })
+            | JobError::Pipeline(PipelineError::Checkpoint(CheckpointError::Fenced { .. })) => {
+                ExitKind::Fenced
+            }
             JobError::Store(e) => ExitKind::of_store(e),
             JobError::Lock(LockError::Held { .. }) => ExitKind::Refused,
             JobError::Recovery(RecoveryError::Store(e)) => ExitKind::of_store(e),
@@ -113,5 +124,13 @@ mod tests {
         let wal = JobError::Setup(SetupError::WalLevel("replica".into()));
         assert_eq!(ExitKind::of_job(&wal).code(), 1);
         assert_eq!(ExitKind::of_job(&JobError::Sink("full".into())).code(), 1);
+        let fenced = JobError::Fenced {
+            job: "j".into(),
+            reason: "taken over".into(),
+        };
+        assert_eq!(ExitKind::of_job(&fenced).code(), 5);
+        assert!(fenced
+            .to_string()
+            .starts_with("fenced: another instance took over job"));
     }
 }

@@ -46,6 +46,8 @@ pub struct RunOptions {
     /// Keep these metrics and health up to date (serve them with
     /// [`http::start`]).
     pub monitor: Option<cdc_runtime::monitor::Monitor>,
+    /// Stand by (`pgcdc run --standby`, as `[ha] standby = true`).
+    pub standby: bool,
 }
 
 /// Runs the job `config` describes until `shutdown` completes, as `pgcdc
@@ -56,6 +58,15 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Progress, JobError> {
     use futures_util::future::{FusedFuture, FutureExt};
+    let standby;
+    let config = if options.standby && !config.ha.standby {
+        let mut c = config.clone();
+        c.ha.standby = true;
+        standby = c;
+        &standby
+    } else {
+        config
+    };
     let shutdown = shutdown.fuse();
     futures_util::pin_mut!(shutdown);
     let mut from_checkpoint = options.from_checkpoint;

@@ -255,7 +255,7 @@ async fn request_snapshot(
     Ok(())
 }
 
-async fn run(config: &Config, from_checkpoint: Option<u64>) -> Result<(), Failure> {
+async fn run(config: &Config, from_checkpoint: Option<u64>, standby: bool) -> Result<(), Failure> {
     let from_checkpoint = from_checkpoint
         .map(|id| {
             CheckpointId::new(id)
@@ -272,6 +272,7 @@ async fn run(config: &Config, from_checkpoint: Option<u64>) -> Result<(), Failur
         &pgcdc::RunOptions {
             from_checkpoint,
             monitor: Some(monitor),
+            standby,
         },
         shutdown_signal(),
     )
@@ -488,10 +489,12 @@ fn main() -> ExitCode {
             (Command::Quickstart { dir, keep, kills }, _) => quickstart(dir, keep, kills).await,
             (
                 Command::Run {
-                    from_checkpoint, ..
+                    from_checkpoint,
+                    standby,
+                    ..
                 },
                 Some(config),
-            ) => run(&config, from_checkpoint).await,
+            ) => run(&config, from_checkpoint, standby).await,
             (Command::Validate { .. }, Some(config)) => validate(&config).await,
             (Command::Snapshot { table, filter, .. }, Some(config)) => {
                 request_snapshot(&config, &table, filter.as_deref()).await

@@ -34,6 +34,15 @@ pub struct CheckpointSettings {
     pub confirm: ConfirmPolicy,
     /// Resume even when the slot was confirmed past the newest checkpoint.
     pub trust_slot: bool,
+    /// Stand by: wait for the job's lock without a deadline (instead of
+    /// [`LOCK_WAIT`](super::LOCK_WAIT)), and take the job over when the
+    /// active instance dies or stops beating for
+    /// [`takeover_after`](Self::takeover_after).
+    pub standby: bool,
+    /// How long the active instance's lock session may stay silent before a
+    /// standby ends it and takes over (`None`: 2 × `interval`). The active
+    /// instance beats every quarter of it, so set the same on both.
+    pub takeover_after: Option<Duration>,
 }
 
 impl CheckpointSettings {
@@ -47,7 +56,15 @@ impl CheckpointSettings {
             keep: DEFAULT_KEEP,
             confirm: ConfirmPolicy::OldestRetained,
             trust_slot: false,
+            standby: false,
+            takeover_after: None,
         }
+    }
+
+    /// The takeover timeout: [`takeover_after`](Self::takeover_after), or
+    /// 2 × `interval`.
+    pub fn takeover_timeout(&self) -> Duration {
+        self.takeover_after.unwrap_or(self.interval * 2)
     }
 }
 
@@ -292,6 +309,9 @@ impl JobBuilder {
                         "checkpoint.keep",
                         "must keep at least 1 checkpoint",
                     ));
+                }
+                if c.takeover_after.is_some_and(|d| d.is_zero()) {
+                    return Err(invalid("ha.takeover_after_ms", "must be positive"));
                 }
                 if c.max_bytes == Some(0) {
                     return Err(invalid("checkpoint.max_bytes", "must be positive when set"));

@@ -10,20 +10,28 @@
 //! The server frees the lock only once it has seen the dead instance's
 //! connection close, a moment after the process died. So a job restarted
 //! at once (by a supervisor, say) waits for the lock, up to [`LOCK_WAIT`],
-//! on the server, before it calls the job taken.
+//! on the server, before it calls the job taken. A standby instance waits
+//! without a deadline, and takes the job over from a holder that stopped
+//! beating (see [`liveness`](super::liveness)).
 
 use std::time::Duration;
 
-use deadpool_postgres::{Object, Pool};
+use deadpool_postgres::{ClientWrapper, Object, Pool};
 use tokio_postgres::error::SqlState;
 
 /// How long [`JobLock::acquire`] waits for a held lock to be freed.
 pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 
+/// The `application_name` of the session holding a job's lock. The holder
+/// beats on it (runs a statement at least every quarter of the takeover
+/// timeout), and a standby ends only sessions of this name that went silent.
+pub const LOCK_APPLICATION_NAME: &str = "pgcdc job lock";
+
 /// Holds a job's advisory lock until dropped (the connection is closed).
 #[derive(Debug)]
 pub struct JobLock {
-    _client: deadpool_postgres::ClientWrapper,
+    pub(super) client: ClientWrapper,
+    pub(super) job: String,
 }
 
 /// Why a job's lock could not be taken.
@@ -31,7 +39,7 @@ pub struct JobLock {
 #[non_exhaustive]
 pub enum LockError {
     /// Another instance runs the job.
-    #[error("job {job:?} is already running: PostgreSQL backend {pid} ({holder}) holds its lock in the checkpoint database; stop that instance first")]
+    #[error("job {job:?} is already running: PostgreSQL backend {pid} ({holder}) holds its lock in the checkpoint database; stop that instance first, or run this one with --standby to take over when it dies")]
     Held {
         /// The job.
         job: String,
@@ -45,7 +53,87 @@ pub enum LockError {
     Database(String),
 }
 
-const KEY_SQL: &str = "pg_catalog.hashtextextended('pgcdc job ' || $1, 0)";
+pub(super) const KEY_SQL: &str = "pg_catalog.hashtextextended('pgcdc job ' || $1, 0)";
+
+/// The session holding a job's lock, as `pg_stat_activity` shows it.
+#[derive(Debug, Clone)]
+pub(super) struct Holder {
+    pub(super) pid: i32,
+    pub(super) application_name: String,
+    pub(super) address: String,
+    /// Seconds since its last statement started or ended (`None`: not
+    /// visible to this role, which needs the holder's role or
+    /// `pg_read_all_stats`).
+    pub(super) silent_for: Option<f64>,
+}
+
+impl Holder {
+    /// Whether the holder beats (a pgcdc that knows about standbys).
+    pub(super) fn beats(&self) -> bool {
+        self.application_name == LOCK_APPLICATION_NAME
+    }
+
+    pub(super) fn describe(&self) -> String {
+        format!("{} from {}", self.application_name, self.address)
+    }
+}
+
+/// A connection of its own out of `pool` (never returned to it), named
+/// [`LOCK_APPLICATION_NAME`], with `lock_timeout` = `wait`.
+pub(super) async fn lock_session(pool: &Pool, wait: Duration) -> Result<ClientWrapper, LockError> {
+    let obj = pool
+        .get()
+        .await
+        .map_err(|e| LockError::Database(e.to_string()))?;
+    let client = Object::take(obj);
+    let millis = wait.as_millis().clamp(1, i32::MAX as u128);
+    client
+        .batch_execute(&format!(
+            "SET lock_timeout = {millis}; SET application_name = '{LOCK_APPLICATION_NAME}'"
+        ))
+        .await
+        .map_err(|e| LockError::Database(e.to_string()))?;
+    Ok(client)
+}
+
+/// Waits (up to the session's `lock_timeout`) for the lock: `Ok(false)` if
+/// it timed out.
+pub(super) async fn wait_for_lock(client: &ClientWrapper, job: &str) -> Result<bool, LockError> {
+    let taken = client
+        .execute(
+            &format!("SELECT pg_catalog.pg_advisory_lock({KEY_SQL})"),
+            &[&job],
+        )
+        .await;
+    match taken {
+        Ok(_) => Ok(true),
+        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Ok(false),
+        Err(e) => Err(LockError::Database(e.to_string())),
+    }
+}
+
+/// The session holding the lock of `job`, if any.
+pub(super) async fn holder(client: &ClientWrapper, job: &str) -> Result<Option<Holder>, LockError> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT l.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local'), \
+                 extract(epoch FROM pg_catalog.clock_timestamp() - greatest(a.query_start, a.state_change))::float8 \
+                 FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid \
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                 AND ((l.classid::int8 << 32) | l.objid::int8) = {KEY_SQL} LIMIT 1"
+            ),
+            &[&job],
+        )
+        .await
+        .map_err(|e| LockError::Database(e.to_string()))?;
+    Ok(row.map(|row| Holder {
+        pid: row.try_get(0).unwrap_or(0),
+        application_name: row.try_get(1).unwrap_or_default(),
+        address: row.try_get(2).unwrap_or_default(),
+        silent_for: row.try_get(3).ok().flatten(),
+    }))
+}
 
 impl JobLock {
     /// Takes the lock of `job` on a connection taken out of `pool` (it is
@@ -61,49 +149,18 @@ impl JobLock {
         job: &str,
         wait: Duration,
     ) -> Result<JobLock, LockError> {
-        let obj = pool
-            .get()
-            .await
-            .map_err(|e| LockError::Database(e.to_string()))?;
-        let client = Object::take(obj);
         // The wait happens on the server: the lock is granted the moment
         // its holder's session ends, or the statement fails at the timeout.
-        let millis = wait.as_millis().clamp(1, i32::MAX as u128);
-        client
-            .batch_execute(&format!("SET lock_timeout = {millis}"))
-            .await
-            .map_err(|e| LockError::Database(e.to_string()))?;
-        let taken = client
-            .execute(
-                &format!("SELECT pg_catalog.pg_advisory_lock({KEY_SQL})"),
-                &[&job],
-            )
-            .await;
-        match taken {
+        let client = lock_session(pool, wait).await?;
+        if wait_for_lock(&client, job).await? {
             // The connection serves the lock alone: its lock_timeout stays.
-            Ok(_) => return Ok(JobLock { _client: client }),
-            Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {}
-            Err(e) => return Err(LockError::Database(e.to_string())),
+            return Ok(JobLock {
+                client,
+                job: job.to_owned(),
+            });
         }
-        let holder = client
-            .query_opt(
-                &format!(
-                    "SELECT l.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local') \
-                     FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid \
-                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
-                     AND ((l.classid::int8 << 32) | l.objid::int8) = {KEY_SQL} LIMIT 1"
-                ),
-                &[&job],
-            )
-            .await
-            .map_err(|e| LockError::Database(e.to_string()))?;
-        let (pid, holder) = match holder {
-            Some(row) => {
-                let pid: i32 = row.try_get(0).unwrap_or(0);
-                let app: String = row.try_get(1).unwrap_or_default();
-                let addr: String = row.try_get(2).unwrap_or_default();
-                (pid, format!("{app} from {addr}"))
-            }
+        let (pid, holder) = match holder(&client, job).await? {
+            Some(h) => (h.pid, h.describe()),
             None => (0, "unknown".to_owned()),
         };
         Err(LockError::Held {
@@ -111,5 +168,10 @@ impl JobLock {
             pid,
             holder,
         })
+    }
+
+    /// The job whose lock this is.
+    pub fn job(&self) -> &str {
+        &self.job
     }
 }

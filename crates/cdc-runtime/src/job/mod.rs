@@ -36,9 +36,11 @@
 
 mod builder;
 mod heartbeat;
+mod liveness;
 mod lock;
 mod lost_slot;
 mod slot_watch;
+mod standby;
 mod status_log;
 mod store;
 
@@ -63,7 +65,8 @@ use builder::JobSink;
 pub use builder::{
     CheckpointSettings, JobBuilder, PipelineTuning, SnapshotSettings, DEFAULT_STATUS_LOG_INTERVAL,
 };
-pub use lock::{JobLock, LockError, LOCK_WAIT};
+use liveness::LockWatch;
+pub use lock::{JobLock, LockError, LOCK_APPLICATION_NAME, LOCK_WAIT};
 pub use store::StoreOptions;
 
 /// Why a job stopped.
@@ -90,6 +93,16 @@ pub enum JobError {
     /// Another instance runs the job.
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// Another instance took the job over while this one ran (it was
+    /// frozen, or cut off from the checkpoint database): this one stopped at
+    /// once, without a final checkpoint.
+    #[error("fenced: another instance took over job {job:?} ({reason}); this instance stopped without writing a checkpoint")]
+    Fenced {
+        /// The job.
+        job: String,
+        /// What showed it.
+        reason: String,
+    },
     /// The job cannot resume.
     #[error(transparent)]
     Recovery(#[from] RecoveryError),
@@ -161,13 +174,29 @@ impl Job {
             slot,
             checkpoints,
             status_log_interval,
-            _lock,
+            mut lock,
             _heartbeat,
             _slot_watch,
         }) = started
         else {
             return Ok(Progress::default());
         };
+        // Another instance taking the job over stops this one at once:
+        // the pipeline (and its sink tasks) is dropped mid-stream, with no
+        // flush and no final checkpoint.
+        let fenced = async {
+            match lock.as_mut() {
+                Some(l) => {
+                    let reason = l.lost().await;
+                    JobError::Fenced {
+                        job: l.job().to_owned(),
+                        reason,
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(fenced);
         let _status_log = status_log_interval
             .filter(|d| !d.is_zero())
             .map(|every| AbortOnDrop(tokio::spawn(status_log::run(pipeline.progress(), every))));
@@ -188,14 +217,16 @@ impl Job {
                     .wait_for(|p| p.snapshot == SnapshotState::Complete)
                     .await;
             };
-            let progress = pipeline
-                .run(async {
-                    tokio::select! {
-                        _ = shutdown.as_mut() => {}
-                        _ = done => tracing::info!("snapshot_only: the snapshot is complete; stopping"),
-                    }
-                })
-                .await?;
+            let run = pipeline.run(async {
+                tokio::select! {
+                    _ = shutdown.as_mut() => {}
+                    _ = done => tracing::info!("snapshot_only: the snapshot is complete; stopping"),
+                }
+            });
+            let progress = tokio::select! {
+                p = run => p.map_err(fenced_save)?,
+                e = fenced.as_mut() => return Err(e),
+            };
             if progress.snapshot == SnapshotState::Complete && created_slot {
                 let mut conn = ReplicationConnection::connect(&rc).await?;
                 conn.drop_replication_slot(&slot, true).await?;
@@ -204,10 +235,13 @@ impl Job {
             }
             progress
         } else {
-            pipeline
-                .run(shutdown)
-                .await
-                .map_err(|e| lost_slot::streaming_error(&slot, e))?
+            tokio::select! {
+                p = pipeline.run(shutdown) => p.map_err(|e| match fenced_save(e) {
+                    JobError::Pipeline(e) => lost_slot::streaming_error(&slot, e),
+                    other => other,
+                })?,
+                e = fenced.as_mut() => return Err(e),
+            }
         };
         if progress.snapshot == SnapshotState::Running && !checkpoints {
             tracing::warn!(slot = %slot,
@@ -228,7 +262,7 @@ struct Started {
     slot: String,
     checkpoints: bool,
     status_log_interval: Option<std::time::Duration>,
-    _lock: Option<JobLock>,
+    lock: Option<LockWatch>,
     _heartbeat: Option<AbortOnDrop>,
     _slot_watch: Option<AbortOnDrop>,
 }
@@ -250,14 +284,9 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     } = builder;
     let mode = snapshot_settings.mode;
     let rc = source.replication.clone();
-    tracing::info!(connection = %rc, "connecting");
-    let mut conn = ReplicationConnection::connect(&rc).await?;
-    let mut checkpointing = None;
-    // The slot as it was before anything is created: a job with a
-    // checkpoint must not silently get a new slot, and an invalidated slot
-    // is never streamed from.
-    let slot_before = slot_state(&mut conn, &source.slot).await?;
-    let mut lost = lost_slot::check(&source, slot_before.as_ref())?;
+    // The job's lock comes first: a standby waits for it before it opens
+    // anything on the source.
+    let mut locked = None;
     if let Some(cc) = &checkpoints {
         let store = cc.store.open().await?;
         let job = match &cc.job {
@@ -267,7 +296,30 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
                 reason: e.to_string(),
             })?,
         };
-        let lock = JobLock::acquire(store.pool(), job.as_str()).await?;
+        let (lock, took_over) = if cc.standby {
+            standby::stand_by(store.pool(), job.as_str(), cc.takeover_timeout()).await?
+        } else {
+            (JobLock::acquire(store.pool(), job.as_str()).await?, false)
+        };
+        if cc.standby {
+            tracing::info!(job = %job, took_over, "took the job's lock: this instance runs the job now");
+        }
+        let lock = LockWatch::start(
+            lock,
+            store.pool().clone(),
+            liveness::beat_period(cc.takeover_timeout()),
+        );
+        locked = Some((store, job, lock));
+    }
+    tracing::info!(connection = %rc, "connecting");
+    let mut conn = ReplicationConnection::connect(&rc).await?;
+    let mut checkpointing = None;
+    // The slot as it was before anything is created: a job with a
+    // checkpoint must not silently get a new slot, and an invalidated slot
+    // is never streamed from.
+    let slot_before = slot_state(&mut conn, &source.slot).await?;
+    let mut lost = lost_slot::check(&source, slot_before.as_ref())?;
+    if let (Some(cc), Some((store, job, lock))) = (&checkpoints, locked) {
         let owner = OwnerId::new(owner_id()).map_err(|e| JobError::Invalid {
             key: "checkpoint.job".into(),
             reason: e.to_string(),
@@ -300,6 +352,11 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
                 tracing::info!(checkpoint = %cp.id,
                         "the job's configuration (tables, operators or sinks) changed since this checkpoint was taken");
             }
+        }
+        if cc.standby {
+            // The lease is ours (the old instance is fenced): end its
+            // walsender if the server has not noticed it is gone.
+            standby::end_old_walsender(&mut conn, slot_before.as_ref()).await?;
         }
         checkpointing = Some((store, lock, recovered, cc));
     }
@@ -403,10 +460,10 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         )))
     });
 
-    let mut _lock = None;
+    let mut held = None;
     let mut pipeline = match checkpointing {
         Some((store, lock, recovered, cc)) => {
-            _lock = Some(lock);
+            held = Some(lock);
             // A restored checkpoint wins over a configured start position.
             if recovered.checkpoint.is_some() {
                 po.start_lsn = recovered.start_lsn;
@@ -442,7 +499,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         slot: source.slot,
         checkpoints: checkpoints.is_some(),
         status_log_interval: tuning.status_log_interval,
-        _lock,
+        lock: held,
         _heartbeat: heartbeat,
         _slot_watch: slot_watch,
     }))
@@ -480,6 +537,22 @@ async fn snapshot_plan(
     plan.read_new_tables = read_new_tables;
     plan.unreadable = unreadable;
     Ok(plan)
+}
+
+/// A checkpoint save refused for a stale epoch is a takeover, reported as
+/// such; other pipeline errors pass through.
+fn fenced_save(e: PipelineError) -> JobError {
+    match e {
+        PipelineError::Checkpoint(CheckpointError::Fenced { job, held, current }) => {
+            JobError::Fenced {
+                job: job.as_str().to_owned(),
+                reason: format!(
+                    "its checkpoint save under epoch {held} was refused: the job's epoch is {current} now"
+                ),
+            }
+        }
+        other => JobError::Pipeline(other),
+    }
 }
 
 /// Aborts a background task when the job ends.

@@ -34,7 +34,9 @@
 //! (`DateStyle=ISO`, `IntervalStyle=postgres`, `extra_float_digits=3`,
 //! `TimeZone=UTC`), so text values arrive in one known form. The connection
 //! checks the reported `client_encoding`, `DateStyle` and `IntervalStyle` and
-//! refuses a server that ignored them.
+//! refuses a server that ignored them. The same `options` carry the
+//! server side of TCP keepalives, set on the socket too (see
+//! [`keepalive`](crate::keepalive)).
 //!
 //! # Authentication and TLS
 //!

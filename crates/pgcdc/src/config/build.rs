@@ -43,6 +43,7 @@ impl Config {
         for op in &self.operators {
             builder = builder.boxed_operator(op.build()?);
         }
+        self.ha.check(self.checkpoint.is_some())?;
         if let Some(cc) = &self.checkpoint {
             builder = builder.checkpoints(CheckpointSettings {
                 store: self.store_options(cc)?,
@@ -52,6 +53,8 @@ impl Config {
                 keep: cc.keep,
                 confirm: cc.confirm.into(),
                 trust_slot: cc.trust_slot,
+                standby: self.ha.standby,
+                takeover_after: self.ha.takeover_after(),
             });
         }
         Ok(builder)

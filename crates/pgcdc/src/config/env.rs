@@ -51,6 +51,8 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_SNAPSHOT_CHUNK_SIZE",
     "PGCDC_SNAPSHOT_READERS",
     "PGCDC_SNAPSHOT_ON_UNREADABLE_TABLE",
+    "PGCDC_HA_STANDBY",
+    "PGCDC_HA_TAKEOVER_AFTER_MS",
 ];
 
 /// `PGCDC_*` variables that are not settings: the test harness's, the
@@ -281,6 +283,7 @@ impl Config {
             c.apply_env(&env)?;
         }
         self.snapshot.apply_env(&env)?;
+        self.ha.apply_env(&env)?;
         Ok(())
     }
 }

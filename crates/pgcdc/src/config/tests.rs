@@ -191,3 +191,33 @@ fn on_slot_lost_defaults_to_fail_and_reads_file_and_environment() {
         .unwrap_err();
     assert!(err.to_string().contains("fail or resnapshot"), "{err}");
 }
+
+#[test]
+fn a_standby_needs_checkpoints_and_reads_its_variables() {
+    let mut c = Config::parse(&format!("{MINIMAL}\n[ha]\nstandby = true\n")).unwrap();
+    let e = c.check().unwrap_err().to_string();
+    assert!(
+        e.contains("ha.standby") && e.contains("[checkpoint]"),
+        "{e}"
+    );
+    c.checkpoint = Config::parse(&format!("{MINIMAL}\n[checkpoint]\n"))
+        .unwrap()
+        .checkpoint;
+    c.check().unwrap();
+    let vars: HashMap<&str, &str> = [
+        ("PGCDC_HA_STANDBY", "false"),
+        ("PGCDC_HA_TAKEOVER_AFTER_MS", "1500"),
+    ]
+    .into();
+    c.apply_env(|k| vars.get(k).map(|v| v.to_string())).unwrap();
+    assert!(!c.ha.standby);
+    assert_eq!(c.ha.takeover_after(), Some(Duration::from_millis(1500)));
+    let settings = c.job_builder().unwrap();
+    let settings = format!("{settings:?}");
+    assert!(
+        settings.contains("takeover_after: Some(1.5s)"),
+        "{settings}"
+    );
+    c.ha.takeover_after_ms = Some(0);
+    assert!(c.check().is_err());
+}

@@ -67,6 +67,7 @@ impl ReplicationConnection {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("could not set TCP_NODELAY: {e}");
         }
+        crate::keepalive::apply(&tcp);
         let socket = match tls_config {
             None => Socket::Plain(tcp),
             Some(tls_config) => negotiate_tls(tcp, tls_config, config).await?,
@@ -92,13 +93,14 @@ impl ReplicationConnection {
         config: &ReplicationConfig,
         replication: bool,
     ) -> Result<(), ReplicationError> {
+        let options = format!("{SESSION_OPTIONS} {}", crate::keepalive::SERVER_OPTIONS);
         let params = [
             ("user", config.get_user()),
             ("database", config.get_dbname()),
             ("replication", "database"),
             ("application_name", config.get_application_name()),
             ("client_encoding", "UTF8"),
-            ("options", SESSION_OPTIONS),
+            ("options", &options),
         ];
         for (key, value) in params {
             if value.contains('\0') {
