@@ -76,7 +76,8 @@ async fn end_stalled_transactions(
         .query(
             "SELECT pid, coalesce(application_name, ''), pg_catalog.pg_terminate_backend(pid) \
              FROM pg_catalog.pg_stat_activity \
-             WHERE usename = current_user AND pid <> pg_catalog.pg_backend_pid() \
+             WHERE usename = current_user AND datname = pg_catalog.current_database() \
+             AND pid <> pg_catalog.pg_backend_pid() \
              AND state LIKE 'idle in transaction%' \
              AND state_change < pg_catalog.clock_timestamp() - make_interval(secs => $1)",
             &[&silent.as_secs_f64()],
