@@ -22,6 +22,13 @@ pub struct SourceOptions {
     pub create_slot: bool,
     /// Create the publication when it does not exist.
     pub create_publication: bool,
+    /// Make the slot a failover slot (PostgreSQL 17+), so that standbys
+    /// with `sync_replication_slots = on` keep a copy that is usable once
+    /// one is promoted: created with `FAILOVER true`, or altered so when it
+    /// exists without. `None` (the default): on for servers 17+, off below;
+    /// `Some(true)` on an older server is an error. `Some(false)` leaves an
+    /// existing slot as it is.
+    pub failover_slot: Option<bool>,
     /// Write a WAL heartbeat this often, so that a slot whose tables are
     /// quiet still moves while other databases write (`None`: never).
     pub heartbeat_interval: Option<Duration>,
@@ -98,6 +105,7 @@ impl SourceOptions {
             capture,
             create_slot: true,
             create_publication: true,
+            failover_slot: None,
             heartbeat_interval: None,
             receive_timeout: Some(crate::pipeline::DEFAULT_RECEIVE_TIMEOUT),
             filters: BTreeMap::new(),

@@ -55,7 +55,9 @@ use tokio_postgres::tls::{ChannelBinding as TlsChannelBinding, MakeTlsConnect, T
 
 use crate::replication::channel_binding::tls_server_end_point;
 use crate::replication::tls::{client_config, server_name};
-use crate::replication::{ChannelBinding, ReplicationConfig, SslMode, TlsError};
+use crate::replication::{
+    ChannelBinding, ReplicationConfig, SslMode, TargetSessionAttrs, TlsError,
+};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -89,9 +91,20 @@ impl PgClientSettings {
     /// root certificates now, so a bad `sslrootcert` fails here.
     pub fn new(source: &ReplicationConfig) -> Result<Self, TlsError> {
         let mut config = tokio_postgres::Config::new();
+        // Several hosts: tokio-postgres tries them in order and, with
+        // read-write, skips read-only ones, as the replication connection does.
+        for endpoint in source.endpoints() {
+            config.host(endpoint.host()).port(endpoint.port());
+        }
+        let addrs: Option<Vec<_>> = source.endpoints().iter().map(|e| e.hostaddr()).collect();
+        for addr in addrs.unwrap_or_default() {
+            config.hostaddr(addr);
+        }
+        config.target_session_attrs(match source.get_target_session_attrs() {
+            TargetSessionAttrs::ReadWrite => tokio_postgres::config::TargetSessionAttrs::ReadWrite,
+            _ => tokio_postgres::config::TargetSessionAttrs::Any,
+        });
         config
-            .host(source.get_host())
-            .port(source.get_port())
             .user(source.get_user())
             .dbname(source.get_dbname())
             .application_name(source.get_application_name())
@@ -108,9 +121,6 @@ impl PgClientSettings {
                 ChannelBinding::Require => tokio_postgres::config::ChannelBinding::Require,
                 _ => tokio_postgres::config::ChannelBinding::Prefer,
             });
-        if let Some(addr) = source.get_hostaddr() {
-            config.hostaddr(addr);
-        }
         if let Some(password) = source.get_password() {
             config.password(password);
         }

@@ -2,8 +2,8 @@
 //!
 //! ```toml
 //! [source]
-//! host = "db.example"
-//! port = 5432
+//! host = "db.example"          # or ["primary.example", "standby.example"]: the read-write one is used
+//! port = 5432                   # or one per host: [5432, 5433]
 //! database = "app"
 //! user = "cdc"
 //! password_file = "/run/secrets/pgcdc"   # or password = "...", or password_env = "VAR"
@@ -14,6 +14,7 @@
 //! publication = "pgcdc_app"
 //! create_slot = true
 //! create_publication = true
+//! # failover_slot = true      # default: on for PostgreSQL 17+ (standbys with sync_replication_slots keep the slot)
 //! # start_lsn = "0/16B3748"   # default: the slot's confirmed position
 //! # heartbeat_interval_ms = 10000  # a WAL heartbeat, when other databases write
 //! # on_slot_lost = "fail"         # or "resnapshot": a new slot and snapshot
@@ -205,12 +206,14 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
-    /// Host name or IP address (default `localhost`).
-    #[serde(default = "default_host")]
+    /// Host name or IP address (default `localhost`); several, tried in
+    /// order for the one that accepts writes (libpq's
+    /// `target_session_attrs=read-write`), as `["a", "b"]` or `"a,b"`.
+    #[serde(default = "default_host", deserialize_with = "source::host_list")]
     pub host: String,
-    /// Port (default 5432).
-    #[serde(default = "default_port")]
-    pub port: u16,
+    /// Port (default 5432): one for every host, or one per host (`[5432, 5433]`).
+    #[serde(default)]
+    pub port: source::Ports,
     /// Database to capture.
     pub database: String,
     /// User (needs the REPLICATION attribute).
@@ -248,6 +251,11 @@ pub struct SourceConfig {
     /// Create the publication when it does not exist (default true).
     #[serde(default = "yes")]
     pub create_publication: bool,
+    /// Make the slot a failover slot (PostgreSQL 17+) that standbys with
+    /// `sync_replication_slots = on` keep a copy of (default: on for 17+,
+    /// off below; `true` on an older server is an error).
+    #[serde(default)]
+    pub failover_slot: Option<bool>,
     /// Where to start (`X/Y`); default: the slot's confirmed position.
     #[serde(default)]
     pub start_lsn: Option<String>,
@@ -284,9 +292,6 @@ pub struct SourceConfig {
 
 fn default_host() -> String {
     "localhost".to_owned()
-}
-fn default_port() -> u16 {
-    5432
 }
 fn default_receive_timeout_secs() -> u64 {
     cdc_runtime::pipeline::DEFAULT_RECEIVE_TIMEOUT.as_secs()

@@ -15,6 +15,8 @@ use crate::binaries::{run_output, PgBinaries, RunAs};
 use crate::error::{Error, Result};
 use crate::watchdog::Watchdog;
 
+mod standby;
+
 /// The superuser every embedded cluster is initialised with.
 pub const SUPERUSER: &str = "postgres";
 
@@ -50,6 +52,7 @@ pub struct ClusterSpec {
     data_files: Vec<(String, Vec<u8>)>,
     keep_files: bool,
     major: Option<u32>,
+    port: Option<u16>,
 }
 
 impl ClusterSpec {
@@ -84,6 +87,13 @@ impl ClusterSpec {
     /// binaries [`PgBinaries::find`] picks.
     pub fn major(mut self, major: u32) -> Self {
         self.major = Some(major);
+        self
+    }
+
+    /// Listens on `port` rather than a free one (e.g. a standby that takes
+    /// the place of a failed primary, so clients keep their host list).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
         self
     }
 
@@ -138,7 +148,7 @@ impl EmbeddedCluster {
                 return Err(e);
             }
         };
-        let mut cluster = EmbeddedCluster {
+        let cluster = EmbeddedCluster {
             bins,
             run_as,
             data: root.join("data"),
@@ -148,25 +158,35 @@ impl EmbeddedCluster {
             keep_files: spec.keep_files,
             watchdog: Mutex::new(Some(watchdog)),
         };
-        // Pick a free port; another process may grab it before the server binds,
-        // so retry with a new one when that happens.
+        cluster.start_on_free_port(spec.port)
+    }
+
+    /// Starts a new cluster on `port`, or on a free port: another process
+    /// may grab that before the server binds, so then retry with a new one.
+    /// Dropped (stopped, removed) when it cannot start.
+    fn start_on_free_port(mut self, fixed: Option<u16>) -> Result<EmbeddedCluster> {
         let mut last_error = None;
         for _ in 0..8 {
-            let port = free_port()?;
-            cluster.port = port;
+            let port = match fixed {
+                Some(p) => p,
+                None => free_port()?,
+            };
+            self.port = port;
             write_file(
-                &cluster.data.join("pgcdc-port.conf"),
+                &self.data.join("pgcdc-port.conf"),
                 format!("port = {port}\n").as_bytes(),
-                &cluster.run_as,
+                &self.run_as,
             )?;
-            let log_len = fs::metadata(&cluster.log).map(|m| m.len()).unwrap_or(0);
-            match cluster.start() {
-                Ok(()) => return Ok(cluster),
+            let log_len = fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+            match self.start() {
+                Ok(()) => return Ok(self),
                 Err(e) => {
-                    let log = fs::read(&cluster.log).unwrap_or_default();
+                    let log = fs::read(&self.log).unwrap_or_default();
                     let start = usize::try_from(log_len).unwrap_or(0);
                     let new_log = String::from_utf8_lossy(log.get(start..).unwrap_or(&[]));
-                    if new_log.contains("could not bind") || new_log.contains("already in use") {
+                    let taken =
+                        new_log.contains("could not bind") || new_log.contains("already in use");
+                    if taken && fixed.is_none() {
                         last_error = Some(e);
                         continue;
                     }
@@ -269,6 +289,15 @@ impl EmbeddedCluster {
         let mut cmd = self.run_as.command(&self.bins.tool("pg_ctl"), &self.root);
         cmd.arg("-D").arg(&self.data);
         cmd
+    }
+
+    /// `pg_ctl promote -w`: a standby leaves recovery and accepts writes.
+    /// Waits until it does.
+    pub fn promote(&self) -> Result<()> {
+        let mut cmd = self.pg_ctl();
+        cmd.args(["-w", "-t", "60", "-s", "promote"]);
+        run_output(&mut cmd, "pg_ctl promote").map_err(|e| self.with_log(e))?;
+        Ok(())
     }
 
     fn pg_ctl_stop(&self, mode: &str) -> Result<()> {
@@ -394,11 +423,25 @@ fn write_config(data: &Path, spec: &ClusterSpec, root: &Path, run_as: &RunAs) ->
         .map_err(|e| Error::io("open", &conf, e))?;
     f.write_all(b"\n# pgcdc embedded cluster\ninclude 'pgcdc.conf'\ninclude 'pgcdc-port.conf'\n")
         .map_err(|e| Error::io("write", &conf, e))?;
+    write_settings(data, spec, root, run_as, &[])
+}
 
+/// pgcdc.conf (the socket directory, [`DEFAULT_SETTINGS`], `extra`, then
+/// the spec's settings), pg_hba.conf and the spec's data files.
+fn write_settings(
+    data: &Path,
+    spec: &ClusterSpec,
+    root: &Path,
+    run_as: &RunAs,
+    extra: &[(&str, String)],
+) -> Result<()> {
     let mut settings = String::from("# written by pgcdc\n");
     let socket_dir = root.display().to_string().replace('\'', "''");
     let _ = writeln!(settings, "unix_socket_directories = '{socket_dir}'");
     for (name, value) in DEFAULT_SETTINGS {
+        let _ = writeln!(settings, "{name} = {value}");
+    }
+    for (name, value) in extra {
         let _ = writeln!(settings, "{name} = {value}");
     }
     for (name, value) in &spec.settings {

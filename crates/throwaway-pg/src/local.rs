@@ -60,6 +60,13 @@ impl ClusterOptions {
         self
     }
 
+    /// Listens on `port` rather than a free one, e.g. a new standby on the
+    /// port of the primary that failed, so clients keep their host list.
+    pub fn port(mut self, port: u16) -> Self {
+        self.spec = self.spec.port(port);
+        self
+    }
+
     /// Sets the superuser's password once the cluster is up (over the socket).
     pub fn superuser_password(mut self, password: impl Into<String>) -> Self {
         self.superuser_password = Some(password.into());
@@ -202,6 +209,36 @@ impl LocalCluster {
     pub async fn kill(&self) -> Result<()> {
         let inner = Arc::clone(&self.inner);
         blocking(move || inner.cluster.kill()).await
+    }
+
+    /// A streaming physical standby of this cluster, started on its own port
+    /// and kept in sync through the physical slot `slot` (created on this
+    /// cluster now); on PostgreSQL 17+ it synchronises failover slots. See
+    /// [`EmbeddedCluster::create_standby`] for its settings; `options` adds
+    /// to them (its password and TLS settings are not applied: the standby
+    /// copies the primary's roles and files).
+    pub async fn create_standby(
+        &self,
+        options: ClusterOptions,
+        slot: &str,
+    ) -> Result<LocalCluster> {
+        let inner = Arc::clone(&self.inner);
+        let spec = options.spec;
+        let slot = slot.to_owned();
+        let cluster = blocking(move || inner.cluster.create_standby(&spec, &slot)).await?;
+        Ok(LocalCluster {
+            inner: Arc::new(Inner {
+                cluster,
+                password: self.inner.password.clone(),
+            }),
+        })
+    }
+
+    /// Promotes a standby (`pg_ctl promote -w`): it leaves recovery and
+    /// accepts writes. Waits until it does.
+    pub async fn promote(&self) -> Result<()> {
+        let inner = Arc::clone(&self.inner);
+        blocking(move || inner.cluster.promote()).await
     }
 
     /// [`stop`](Self::stop) then [`start`](Self::start), on the same port.

@@ -57,6 +57,12 @@ pub enum PipelineError {
     #[doc(hidden)]
     #[error("shut down while connecting")]
     ShutdownWhileConnecting,
+    /// The source after a reconnect does not continue what this job
+    /// delivered (another cluster, a timeline that forked before what was
+    /// processed, a slot moved past it): resuming would be from a wrong
+    /// position.
+    #[error("{0}")]
+    Diverged(String),
     /// A bug.
     #[error("internal error: {0}")]
     Internal(&'static str),

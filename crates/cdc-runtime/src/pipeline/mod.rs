@@ -107,6 +107,7 @@ mod convert;
 mod ddl;
 mod defaults;
 mod error;
+mod failover;
 mod options;
 mod partitions;
 mod prepared;
@@ -326,6 +327,7 @@ impl Pipeline {
             snapshot_failure: None,
             appeared: Default::default(),
             partitions,
+            server: None,
         };
         source.spill.spilled = options
             .monitor

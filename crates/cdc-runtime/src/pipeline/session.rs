@@ -62,6 +62,8 @@ pub(super) struct Source<'o> {
     pub(super) appeared: std::collections::HashSet<cdc_core::Oid>,
     /// Watches the partitions of published partitioned tables.
     pub(super) partitions: Option<super::partitions::PartitionWatch>,
+    /// The server the last session streamed from (see `failover`).
+    pub(super) server: Option<super::failover::ServerIdentity>,
 }
 
 impl Source<'_> {
@@ -135,7 +137,7 @@ impl Source<'_> {
             let mut pgoutput =
                 PgOutputOptions::for_server(version, opts.publications.iter().cloned());
             if let Some(v) = opts.proto_version {
-                pgoutput = pgoutput.proto_version(v)?;
+                pgoutput = pgoutput.proto_version(v).map_err(ReplicationError::from)?;
             }
             let mut start = self.processed.max(shared.lsn.confirmed());
             // Resuming from a checkpoint on a two-phase slot: start where the
@@ -150,9 +152,18 @@ impl Source<'_> {
                     "two-phase slot: resuming from its confirmed position so that undecided prepared transactions are sent again");
                 start = Lsn::INVALID;
             }
+            // After a failover: the same history, and the slot not past us.
+            let server = super::failover::check_server(
+                &mut conn,
+                self.server,
+                &opts.slot,
+                self.processed,
+                start,
+            )
+            .await?;
             tracing::info!(slot = %opts.slot, start = %start, proto_version = pgoutput.get_proto_version(), "starting replication");
             let stream = conn.start_replication(&opts.slot, start, &pgoutput).await?;
-            Ok::<_, ReplicationError>((stream, pgoutput, two_phase))
+            Ok::<_, PipelineError>((stream, pgoutput, two_phase, server))
         };
         // Connecting is bounded by `connect_timeout`; the commands after it
         // (IDENTIFY_SYSTEM, START_REPLICATION) by the receive timeout, so a
@@ -165,13 +176,14 @@ impl Source<'_> {
                 None => connect.await,
                 Some(limit) => tokio::time::timeout(limit, connect)
                     .await
-                    .unwrap_or(Err(ReplicationError::ReceiveTimeout(limit))),
+                    .unwrap_or(Err(ReplicationError::ReceiveTimeout(limit).into())),
             }
         };
-        let (mut stream, pgoutput, two_phase) = tokio::select! {
+        let (mut stream, pgoutput, two_phase, server) = tokio::select! {
             r = connect => r?,
             _ = shutdown.as_mut() => return Err(PipelineError::ShutdownWhileConnecting),
         };
+        self.server = Some(server);
         if two_phase {
             shared.lsn.handle_two_phase_slot();
         }

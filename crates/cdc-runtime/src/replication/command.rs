@@ -21,6 +21,12 @@ pub(crate) fn check_no_nul(what: &'static str, value: &str) -> Result<(), String
 #[error("{0}")]
 pub struct UnsupportedOption(String);
 
+impl UnsupportedOption {
+    pub(crate) fn new(message: String) -> Self {
+        UnsupportedOption(message)
+    }
+}
+
 /// What `CREATE_REPLICATION_SLOT` does with the snapshot at the slot's
 /// consistent point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -36,12 +42,18 @@ pub enum SnapshotAction {
     Nothing,
 }
 
+/// The first server version with failover slots (`FAILOVER` option,
+/// `ALTER_REPLICATION_SLOT`, `sync_replication_slots` on standbys).
+pub const FAILOVER_SLOTS_SINCE: u32 = 170_000;
+
 /// `CREATE_REPLICATION_SLOT` for a pgoutput logical slot, in the syntax of the
-/// server version (`(SNAPSHOT '...')` from 15, the older keywords before).
+/// server version (`(SNAPSHOT '...')` from 15, the older keywords before;
+/// `FAILOVER true` from 17, which the caller checks).
 pub(crate) fn create_slot_command(
     slot: &str,
     temporary: bool,
     snapshot: SnapshotAction,
+    failover: bool,
     server_version_num: u32,
 ) -> String {
     let mut cmd = format!("CREATE_REPLICATION_SLOT {}", quote_identifier(slot));
@@ -55,7 +67,11 @@ pub(crate) fn create_slot_command(
             SnapshotAction::Use => "use",
             SnapshotAction::Nothing => "nothing",
         };
-        let _ = write!(cmd, " (SNAPSHOT {})", quote_literal(s));
+        let _ = write!(cmd, " (SNAPSHOT {}", quote_literal(s));
+        if failover {
+            cmd.push_str(", FAILOVER true");
+        }
+        cmd.push(')');
     } else {
         cmd.push_str(match snapshot {
             SnapshotAction::Export => " EXPORT_SNAPSHOT",
@@ -64,6 +80,14 @@ pub(crate) fn create_slot_command(
         });
     }
     cmd
+}
+
+/// `ALTER_REPLICATION_SLOT "name" (FAILOVER true|false)` (PostgreSQL 17+).
+pub(crate) fn alter_slot_failover_command(slot: &str, failover: bool) -> String {
+    format!(
+        "ALTER_REPLICATION_SLOT {} (FAILOVER {failover})",
+        quote_identifier(slot)
+    )
 }
 
 /// `DROP_REPLICATION_SLOT`.
@@ -350,16 +374,24 @@ mod tests {
             r#"START_REPLICATION SLOT "s""1" LOGICAL 16/B374D848 (proto_version '3', publication_names '"pub"', messages 'true', streaming 'on')"#
         );
         assert_eq!(
-            create_slot_command("s", true, SnapshotAction::Nothing, 150_000),
+            create_slot_command("s", true, SnapshotAction::Nothing, false, 150_000),
             r#"CREATE_REPLICATION_SLOT "s" TEMPORARY LOGICAL pgoutput (SNAPSHOT 'nothing')"#
         );
         assert_eq!(
-            create_slot_command("s", false, SnapshotAction::Export, 150_000),
+            create_slot_command("s", false, SnapshotAction::Export, false, 150_000),
             r#"CREATE_REPLICATION_SLOT "s" LOGICAL pgoutput (SNAPSHOT 'export')"#
         );
         assert_eq!(
-            create_slot_command("s", false, SnapshotAction::Use, 140_000),
+            create_slot_command("s", false, SnapshotAction::Use, false, 140_000),
             r#"CREATE_REPLICATION_SLOT "s" LOGICAL pgoutput USE_SNAPSHOT"#
+        );
+        assert_eq!(
+            create_slot_command("s", false, SnapshotAction::Nothing, true, 170_000),
+            r#"CREATE_REPLICATION_SLOT "s" LOGICAL pgoutput (SNAPSHOT 'nothing', FAILOVER true)"#
+        );
+        assert_eq!(
+            alter_slot_failover_command(r#"s"1"#, true),
+            r#"ALTER_REPLICATION_SLOT "s""1" (FAILOVER true)"#
         );
         assert_eq!(
             drop_slot_command("s", true),

@@ -1,5 +1,11 @@
 //! Connection settings for a replication connection, parsed from libpq-style
 //! `key=value` strings or `postgresql://` URLs (in [`parse`]).
+//!
+//! Several hosts may be given (`host=a,b port=5432,5433`,
+//! `postgresql://a:5432,b:5433/db`), as in libpq: they are tried in order and
+//! the first that accepts the connection and, with
+//! `target_session_attrs=read-write` (the default when several hosts are
+//! given), is not read-only, is used; see [`ReplicationConfig::endpoints`].
 
 mod parse;
 
@@ -19,7 +25,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The keys accepted in a `key=value` string or as URL query parameters.
 const SUPPORTED_KEYS: &str = "host, hostaddr, port, dbname, user, password, application_name, \
-     fallback_application_name, sslmode, sslrootcert, channel_binding, connect_timeout, replication";
+     fallback_application_name, sslmode, sslrootcert, channel_binding, connect_timeout, \
+     target_session_attrs, replication";
 
 /// Whether and how TLS is used, with libpq's meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -142,6 +149,86 @@ impl FromStr for ChannelBinding {
     }
 }
 
+/// Which server of several hosts is acceptable, with libpq's meaning of
+/// `target_session_attrs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TargetSessionAttrs {
+    /// Any server that accepts the connection.
+    Any,
+    /// Only a server that accepts writes: not a hot standby (in recovery)
+    /// and not `default_transaction_read_only`. After a failover this finds
+    /// the promoted standby among the hosts.
+    ReadWrite,
+}
+
+impl TargetSessionAttrs {
+    /// The libpq spelling (`any`, `read-write`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TargetSessionAttrs::Any => "any",
+            TargetSessionAttrs::ReadWrite => "read-write",
+        }
+    }
+}
+
+impl fmt::Display for TargetSessionAttrs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TargetSessionAttrs {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "any" => Ok(TargetSessionAttrs::Any),
+            "read-write" => Ok(TargetSessionAttrs::ReadWrite),
+            _ => Err(ConfigError::InvalidValue {
+                key: "target_session_attrs".into(),
+                value: s.into(),
+                reason: "expected any or read-write (pgcdc captures from a primary)",
+            }),
+        }
+    }
+}
+
+/// One server of a connection's host list: a name, maybe an address that
+/// replaces resolving it, and a port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    host: String,
+    hostaddr: Option<IpAddr>,
+    port: u16,
+}
+
+impl Endpoint {
+    /// The host name (or IP address); also the name TLS checks.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The address connected to instead of resolving the host, if any.
+    pub fn hostaddr(&self) -> Option<IpAddr> {
+        self.hostaddr
+    }
+
+    /// The TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.hostaddr {
+            Some(ip) => write!(f, "{} ({ip}) port {}", self.host, self.port),
+            None => write!(f, "{} port {}", self.host, self.port),
+        }
+    }
+}
+
 /// Where trusted root certificates come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -189,9 +276,9 @@ pub enum ConfigError {
     /// No user name was given.
     #[error("no user given: set user=... in the connection string or user@ in the URL")]
     MissingUser,
-    /// Several hosts (`host=a,b`) were given; failover lists are not supported.
-    #[error("several hosts given ({0:?}); pgcdc connects to exactly one host")]
-    MultipleHosts(String),
+    /// The lists of hosts, addresses and ports do not match.
+    #[error("{0}")]
+    HostCount(&'static str),
     /// A Unix-domain socket directory was given as host.
     #[error("host {0:?} is a Unix-domain socket directory, which is not supported; use a TCP host such as host=127.0.0.1")]
     UnixSocket(String),
@@ -209,9 +296,9 @@ pub enum ConfigError {
 /// so both are safe for logs.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ReplicationConfig {
-    host: String,
-    hostaddr: Option<IpAddr>,
-    port: u16,
+    /// Never empty.
+    endpoints: Vec<Endpoint>,
+    target_session_attrs: Option<TargetSessionAttrs>,
     dbname: Option<String>,
     user: String,
     password: Option<String>,
@@ -228,9 +315,12 @@ impl ReplicationConfig {
     /// `sslmode=prefer`, no password.
     pub fn new(user: impl Into<String>) -> Self {
         ReplicationConfig {
-            host: "localhost".into(),
-            hostaddr: None,
-            port: DEFAULT_PORT,
+            endpoints: vec![Endpoint {
+                host: "localhost".into(),
+                hostaddr: None,
+                port: DEFAULT_PORT,
+            }],
+            target_session_attrs: None,
             dbname: None,
             user: user.into(),
             password: None,
@@ -243,17 +333,51 @@ impl ReplicationConfig {
         }
     }
 
-    /// The host name (or IP address) to connect to; also the name checked by
-    /// `sslmode=verify-full`.
+    /// The one host name (or IP address) to connect to; also the name
+    /// checked by `sslmode=verify-full`. Replaces a list of hosts (keeping
+    /// the first one's port and address).
     pub fn host(mut self, host: impl Into<String>) -> Self {
-        self.host = host.into();
+        self.endpoints.truncate(1);
+        if let Some(e) = self.endpoints.first_mut() {
+            e.host = host.into();
+        }
+        self
+    }
+
+    /// Several hosts, tried in order (see [`target_session_attrs`](Self::target_session_attrs)),
+    /// each with its port. An empty list is ignored.
+    pub fn hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = (S, u16)>,
+        S: Into<String>,
+    {
+        let endpoints: Vec<Endpoint> = hosts
+            .into_iter()
+            .map(|(host, port)| Endpoint {
+                host: host.into(),
+                hostaddr: None,
+                port,
+            })
+            .collect();
+        if !endpoints.is_empty() {
+            self.endpoints = endpoints;
+        }
         self
     }
 
     /// An IP address to connect to instead of resolving [`host`](Self::host),
-    /// which is then only used for TLS name checks (libpq's `hostaddr`).
+    /// which is then only used for TLS name checks (libpq's `hostaddr`); for
+    /// the first host.
     pub fn hostaddr(mut self, addr: IpAddr) -> Self {
-        self.hostaddr = Some(addr);
+        if let Some(e) = self.endpoints.first_mut() {
+            e.hostaddr = Some(addr);
+        }
+        self
+    }
+
+    /// Which of several hosts is acceptable (libpq's `target_session_attrs`).
+    pub fn target_session_attrs(mut self, attrs: TargetSessionAttrs) -> Self {
+        self.target_session_attrs = Some(attrs);
         self
     }
 
@@ -263,9 +387,11 @@ impl ReplicationConfig {
         self
     }
 
-    /// The TCP port.
+    /// The TCP port, of every host.
     pub fn port(mut self, port: u16) -> Self {
-        self.port = port;
+        for e in &mut self.endpoints {
+            e.port = port;
+        }
         self
     }
 
@@ -311,19 +437,56 @@ impl ReplicationConfig {
         self
     }
 
-    /// The configured host name.
+    /// The (first) configured host name.
     pub fn get_host(&self) -> &str {
-        &self.host
+        self.first().host()
     }
 
-    /// The configured `hostaddr`, if any.
+    /// The (first) configured `hostaddr`, if any.
     pub fn get_hostaddr(&self) -> Option<IpAddr> {
-        self.hostaddr
+        self.first().hostaddr()
     }
 
-    /// The TCP port.
+    /// The (first host's) TCP port.
     pub fn get_port(&self) -> u16 {
-        self.port
+        self.first().port()
+    }
+
+    /// Every host, in the order they are tried; never empty.
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
+    }
+
+    /// Which server is acceptable: as configured, else
+    /// [`TargetSessionAttrs::ReadWrite`] when several hosts are given (the
+    /// primary among them) and [`TargetSessionAttrs::Any`] for one host
+    /// (which may be a standby that decodes logically, PostgreSQL 16+).
+    pub fn get_target_session_attrs(&self) -> TargetSessionAttrs {
+        self.target_session_attrs
+            .unwrap_or(if self.endpoints.len() > 1 {
+                TargetSessionAttrs::ReadWrite
+            } else {
+                TargetSessionAttrs::Any
+            })
+    }
+
+    /// These settings for `endpoint` alone (the other settings unchanged,
+    /// including the effective [`target_session_attrs`](Self::get_target_session_attrs)).
+    pub fn for_endpoint(&self, endpoint: &Endpoint) -> ReplicationConfig {
+        let mut one = self.clone();
+        one.target_session_attrs = Some(self.get_target_session_attrs());
+        one.endpoints = vec![endpoint.clone()];
+        one
+    }
+
+    fn first(&self) -> &Endpoint {
+        // `endpoints` is never empty: every constructor and setter keeps one.
+        static FALLBACK: Endpoint = Endpoint {
+            host: String::new(),
+            hostaddr: None,
+            port: DEFAULT_PORT,
+        };
+        self.endpoints.first().unwrap_or(&FALLBACK)
     }
 
     /// The database name (the user name when none was set).
@@ -378,9 +541,8 @@ impl ReplicationConfig {
 impl fmt::Debug for ReplicationConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReplicationConfig")
-            .field("host", &self.host)
-            .field("hostaddr", &self.hostaddr)
-            .field("port", &self.port)
+            .field("endpoints", &self.endpoints)
+            .field("target_session_attrs", &self.target_session_attrs)
             .field("dbname", &self.get_dbname())
             .field("user", &self.user)
             .field(
@@ -407,14 +569,21 @@ impl fmt::Debug for Redacted {
 /// `key=value` form without the password; values are quoted when needed.
 impl fmt::Display for ReplicationConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "host={}", QuotedValue(&self.host))?;
-        if let Some(addr) = self.hostaddr {
-            write!(f, " hostaddr={addr}")?;
+        let hosts: Vec<&str> = self.endpoints.iter().map(|e| e.host.as_str()).collect();
+        write!(f, "host={}", QuotedValue(&hosts.join(",")))?;
+        if self.endpoints.iter().any(|e| e.hostaddr.is_some()) {
+            let addrs: Vec<String> = self
+                .endpoints
+                .iter()
+                .map(|e| e.hostaddr.map(|a| a.to_string()).unwrap_or_default())
+                .collect();
+            write!(f, " hostaddr={}", addrs.join(","))?;
         }
+        let ports: Vec<String> = self.endpoints.iter().map(|e| e.port.to_string()).collect();
         write!(
             f,
             " port={} dbname={} user={} application_name={} sslmode={}",
-            self.port,
+            ports.join(","),
             QuotedValue(self.get_dbname()),
             QuotedValue(&self.user),
             QuotedValue(self.get_application_name()),
@@ -436,7 +605,11 @@ impl fmt::Display for ReplicationConfig {
             " channel_binding={} connect_timeout={}",
             self.channel_binding,
             self.connect_timeout.as_secs()
-        )
+        )?;
+        if let Some(attrs) = self.target_session_attrs {
+            write!(f, " target_session_attrs={attrs}")?;
+        }
+        Ok(())
     }
 }
 

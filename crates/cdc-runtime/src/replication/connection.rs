@@ -6,8 +6,9 @@ use cdc_core::Lsn;
 use postgres_protocol::message::frontend;
 
 use super::command::{
-    check_no_nul, create_slot_command, drop_slot_command, quote_identifier,
-    start_replication_command, PgOutputOptions, SnapshotAction,
+    alter_slot_failover_command, check_no_nul, create_slot_command, drop_slot_command,
+    quote_identifier, start_replication_command, PgOutputOptions, SnapshotAction,
+    UnsupportedOption, FAILOVER_SLOTS_SINCE,
 };
 use super::error::{DbError, ProtocolError, ReplicationError};
 use super::stream::ReplicationStream;
@@ -319,13 +320,54 @@ impl ReplicationConnection {
         temporary: bool,
         snapshot: SnapshotAction,
     ) -> Result<CreatedSlot, ReplicationError> {
+        self.create_slot(name, temporary, snapshot, false).await
+    }
+
+    /// [`create_replication_slot`](Self::create_replication_slot) for a
+    /// permanent slot with `FAILOVER true` (PostgreSQL 17+): standbys with
+    /// `sync_replication_slots = on` keep a copy, usable once one is promoted.
+    pub async fn create_failover_slot(
+        &mut self,
+        name: &str,
+        snapshot: SnapshotAction,
+    ) -> Result<CreatedSlot, ReplicationError> {
+        let version = self.server_version_num().await?;
+        if version < FAILOVER_SLOTS_SINCE {
+            return Err(failover_unsupported(version));
+        }
+        self.create_slot(name, false, snapshot, true).await
+    }
+
+    /// `ALTER_REPLICATION_SLOT "name" (FAILOVER on)` (PostgreSQL 17+).
+    pub async fn alter_slot_failover(
+        &mut self,
+        name: &str,
+        failover: bool,
+    ) -> Result<(), ReplicationError> {
+        check_no_nul("slot name", name).map_err(ReplicationError::InvalidArgument)?;
+        let version = self.server_version_num().await?;
+        if version < FAILOVER_SLOTS_SINCE {
+            return Err(failover_unsupported(version));
+        }
+        self.simple_query(&alter_slot_failover_command(name, failover))
+            .await?;
+        Ok(())
+    }
+
+    async fn create_slot(
+        &mut self,
+        name: &str,
+        temporary: bool,
+        snapshot: SnapshotAction,
+        failover: bool,
+    ) -> Result<CreatedSlot, ReplicationError> {
         const CMD: &str = "CREATE_REPLICATION_SLOT";
         check_no_nul("slot name", name).map_err(ReplicationError::InvalidArgument)?;
         let version = self.server_version_num().await?;
         let r = self
             .one_row(
                 CMD,
-                &create_slot_command(name, temporary, snapshot, version),
+                &create_slot_command(name, temporary, snapshot, failover, version),
             )
             .await?;
         let point = required(&r, CMD, "consistent_point")?;
@@ -402,6 +444,13 @@ impl ReplicationConnection {
         frontend::terminate(&mut self.transport.write);
         self.transport.shutdown().await
     }
+}
+
+fn failover_unsupported(version: u32) -> ReplicationError {
+    UnsupportedOption::new(format!(
+        "failover slots need PostgreSQL 17 or later (server version {version}); set source.failover_slot = false"
+    ))
+    .into()
 }
 
 fn required<'a>(

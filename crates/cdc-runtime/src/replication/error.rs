@@ -68,6 +68,41 @@ pub enum ReplicationError {
     /// The server lacks a feature that was asked for.
     #[error(transparent)]
     Unsupported(#[from] super::command::UnsupportedOption),
+    /// `target_session_attrs=read-write`, but the server only reads: a hot
+    /// standby (perhaps about to be promoted) or `default_transaction_read_only`.
+    #[error("{addr} is {why}, but target_session_attrs=read-write asks for a server that accepts writes (the primary)")]
+    ReadOnlyServer {
+        /// The host as configured.
+        addr: String,
+        /// `a hot standby (in recovery)` or `read-only (default_transaction_read_only = on)`.
+        why: &'static str,
+    },
+    /// Several hosts were configured and none could be used.
+    #[error("no usable server among {} hosts: {}", .0.len(), HostFailures(.0))]
+    NoHostUsable(Vec<HostFailure>),
+}
+
+/// Why one of several hosts was not used.
+#[derive(Debug)]
+pub struct HostFailure {
+    /// The host as configured (`name port N`).
+    pub addr: String,
+    /// What happened.
+    pub error: ReplicationError,
+}
+
+struct HostFailures<'a>(&'a [HostFailure]);
+
+impl fmt::Display for HostFailures<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, h) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "[{}] {}: {}", i + 1, h.addr, h.error)?;
+        }
+        Ok(())
+    }
 }
 
 impl ReplicationError {
@@ -79,7 +114,13 @@ impl ReplicationError {
             | ReplicationError::Io(_)
             | ReplicationError::Closed
             | ReplicationError::ReceiveTimeout(_)
-            | ReplicationError::StreamEnded => true,
+            | ReplicationError::StreamEnded
+            // A standby may be promoted: try again.
+            | ReplicationError::ReadOnlyServer { .. } => true,
+            // One host that may come back (or be promoted) is reason enough.
+            ReplicationError::NoHostUsable(failures) => {
+                failures.iter().any(|h| h.error.is_transient())
+            }
             ReplicationError::Tls(e) => e.is_transient(),
             ReplicationError::Server(e) => e.is_transient(),
             ReplicationError::Config(_)
@@ -324,7 +365,19 @@ impl DbError {
     /// privileges 42501, a cancelled statement 57014, a dropped database
     /// 57P04, ...) is definite.
     pub fn is_transient(&self) -> bool {
-        cdc_core::classify_sqlstate(&self.code).is_transient()
+        cdc_core::classify_sqlstate(&self.code).is_transient() || self.is_slot_being_synced()
+    }
+
+    /// `cannot use replication slot ... for logical decoding`, DETAIL `This
+    /// replication slot is being synchronized from the primary server`: a
+    /// standby's copy of a failover slot (PostgreSQL 17+), usable once the
+    /// standby is promoted, so worth a retry (SQLSTATE 55000 alone is not).
+    pub fn is_slot_being_synced(&self) -> bool {
+        self.code == "55000"
+            && self
+                .detail
+                .as_deref()
+                .is_some_and(|d| d.contains("being synchronized"))
     }
 
     /// pgcdc's advice for well-known codes, if any.
@@ -408,6 +461,45 @@ mod tests {
             assert!(!db(code).is_transient(), "{code} should be definite");
             assert!(!ReplicationError::from(db(code)).is_transient());
         }
+    }
+
+    #[test]
+    fn failover_errors_are_transient() {
+        let mut synced = db("55000");
+        synced.detail =
+            Some("This replication slot is being synchronized from the primary server.".into());
+        assert!(synced.is_transient());
+        let standby = ReplicationError::ReadOnlyServer {
+            addr: "s port 2".into(),
+            why: "a hot standby (in recovery)",
+        };
+        assert!(standby.is_transient());
+        let refused = || ReplicationError::Connect {
+            addr: "p port 1".into(),
+            source: io::Error::from(io::ErrorKind::ConnectionRefused),
+        };
+        let all = ReplicationError::NoHostUsable(vec![
+            HostFailure {
+                addr: "p port 1".into(),
+                error: refused(),
+            },
+            HostFailure {
+                addr: "s port 2".into(),
+                error: standby,
+            },
+        ]);
+        assert!(all.is_transient());
+        let text = all.to_string();
+        assert!(text.contains("[1] p port 1: could not connect"), "{text}");
+        assert!(
+            text.contains("[2] s port 2: s port 2 is a hot standby"),
+            "{text}"
+        );
+        let auth = ReplicationError::NoHostUsable(vec![HostFailure {
+            addr: "p port 1".into(),
+            error: ReplicationError::from(db("28P01")),
+        }]);
+        assert!(!auth.is_transient());
     }
 
     #[test]

@@ -66,16 +66,16 @@ mod wire;
 
 pub use command::{
     max_proto_version, quote_identifier, quote_literal, PgOutputOptions, SnapshotAction,
-    UnsupportedOption,
+    UnsupportedOption, FAILOVER_SLOTS_SINCE,
 };
 pub use config::{
-    ChannelBinding, ConfigError, ReplicationConfig, RootCertSource, SslMode,
-    DEFAULT_APPLICATION_NAME, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
+    ChannelBinding, ConfigError, Endpoint, ReplicationConfig, RootCertSource, SslMode,
+    TargetSessionAttrs, DEFAULT_APPLICATION_NAME, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
 };
 pub use connection::{
     CreatedSlot, IdentifySystem, ReplicationConnection, SimpleQueryResult, SESSION_OPTIONS,
 };
-pub use error::{AuthError, DbError, ProtocolError, ReplicationError, TlsError};
+pub use error::{AuthError, DbError, HostFailure, ProtocolError, ReplicationError, TlsError};
 pub use stream::ReplicationStream;
 
 #[cfg(test)]

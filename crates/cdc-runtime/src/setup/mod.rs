@@ -8,6 +8,7 @@
 
 use crate::replication::{
     quote_identifier, quote_literal, ReplicationConnection, ReplicationError, SnapshotAction,
+    FAILOVER_SLOTS_SINCE,
 };
 use crate::source::{SourceOptions, TableRef};
 
@@ -80,6 +81,9 @@ pub enum SetupError {
     /// role may not install it.
     #[error("source.capture_ddl = true needs the event triggers pgcdc_capture_ddl and pgcdc_capture_drop, and only a superuser may create event triggers: start pgcdc once as a superuser (it installs them and later runs need no superuser), or set source.capture_ddl = false")]
     DdlCaptureNeedsSuperuser,
+    /// `failover_slot = true` on a server without failover slots.
+    #[error("source.failover_slot = true needs PostgreSQL 17 or newer (server version {0}); set failover_slot = false or leave it unset (it defaults to on for 17+ only)")]
+    FailoverSlotNeedsPg17(u32),
     /// A catalog query returned something unexpected.
     #[error("unexpected reply to {0}")]
     BadReply(&'static str),
@@ -196,7 +200,7 @@ pub async fn prepare(
     } else {
         DdlCapture::Off
     };
-    let created_slot = slot(conn, source, mode).await?;
+    let created_slot = slot(conn, source, version, mode).await?;
     Ok(SetupReport {
         server_version_num: version,
         created_publication: change == PublicationChange::Created,
@@ -210,13 +214,25 @@ pub async fn prepare(
 async fn slot(
     conn: &mut ReplicationConnection,
     source: &SourceOptions,
+    version: u32,
     mode: SetupMode,
 ) -> Result<bool, SetupError> {
     let name = &source.slot;
+    if source.failover_slot == Some(true) && version < FAILOVER_SLOTS_SINCE {
+        return Err(SetupError::FailoverSlotNeedsPg17(version));
+    }
+    let failover = source
+        .failover_slot
+        .unwrap_or(version >= FAILOVER_SLOTS_SINCE);
+    let failover_column = if version >= FAILOVER_SLOTS_SINCE {
+        "failover"
+    } else {
+        "false"
+    };
     let existing = rows(
         conn,
         &format!(
-            "SELECT slot_type, plugin, database FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
+            "SELECT slot_type, plugin, database, {failover_column} FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
             quote_literal(name)
         ),
     )
@@ -240,6 +256,10 @@ async fn slot(
                 get(2),
             )));
         }
+        if failover && get(3) != "t" && mode == SetupMode::Create {
+            conn.alter_slot_failover(name, true).await?;
+            tracing::info!(slot = %name, "made the existing replication slot a failover slot (source.failover_slot), so standbys with sync_replication_slots = on keep a copy");
+        }
         return Ok(false);
     }
     if mode == SetupMode::CheckOnly || !source.create_slot {
@@ -248,9 +268,13 @@ async fn slot(
     if mode == SetupMode::Plan {
         return Ok(true);
     }
-    let created = conn
-        .create_replication_slot(name, false, SnapshotAction::Nothing)
-        .await?;
-    tracing::info!(slot = %name, consistent_point = %created.consistent_point, "created replication slot");
+    let created = if failover {
+        conn.create_failover_slot(name, SnapshotAction::Nothing)
+            .await?
+    } else {
+        conn.create_replication_slot(name, false, SnapshotAction::Nothing)
+            .await?
+    };
+    tracing::info!(slot = %name, consistent_point = %created.consistent_point, failover, "created replication slot");
     Ok(true)
 }

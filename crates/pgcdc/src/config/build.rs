@@ -105,6 +105,7 @@ impl SourceConfig {
         );
         options.create_slot = self.create_slot;
         options.create_publication = self.create_publication;
+        options.failover_slot = self.failover_slot;
         options.filters = self.table_filters()?;
         options.signals = self.signals;
         options.publish_via_partition_root = self.publish_via_partition_root;

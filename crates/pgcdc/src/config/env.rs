@@ -23,6 +23,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_SOURCE_PUBLICATION",
     "PGCDC_SOURCE_CREATE_SLOT",
     "PGCDC_SOURCE_CREATE_PUBLICATION",
+    "PGCDC_SOURCE_FAILOVER_SLOT",
     "PGCDC_SOURCE_START_LSN",
     "PGCDC_SOURCE_HEARTBEAT_INTERVAL_MS",
     "PGCDC_SOURCE_SIGNALS",
@@ -158,9 +159,7 @@ impl Config {
             s.host = v;
         }
         if let Some(v) = var("port") {
-            s.port = v
-                .parse()
-                .map_err(|_| invalid("PGCDC_SOURCE_PORT", format!("{v:?} is not a port")))?;
+            s.port = v.parse().map_err(|e| invalid("PGCDC_SOURCE_PORT", e))?;
         }
         if let Some(v) = var("database") {
             s.database = v;
@@ -209,6 +208,9 @@ impl Config {
         }
         if let Some(v) = var("create_publication") {
             s.create_publication = env_bool("PGCDC_SOURCE_CREATE_PUBLICATION", v)?;
+        }
+        if let Some(v) = var("failover_slot") {
+            s.failover_slot = Some(env_bool("PGCDC_SOURCE_FAILOVER_SLOT", v)?);
         }
         if let Some(v) = var("start_lsn") {
             s.start_lsn = Some(v);

@@ -42,9 +42,29 @@ impl SourceConfig {
 
     /// The replication connection settings.
     pub fn replication_config(&self) -> Result<ReplicationConfig, ConfigFileError> {
+        let hosts: Vec<&str> = self.host.split(',').map(str::trim).collect();
+        if hosts.iter().any(|h| h.is_empty()) {
+            return Err(invalid(
+                "source.host",
+                format!("{:?} names an empty host", self.host),
+            ));
+        }
+        let ports = match self.port.0.as_slice() {
+            [one] => vec![*one; hosts.len()],
+            many if many.len() == hosts.len() => many.to_vec(),
+            many => {
+                return Err(invalid(
+                    "source.port",
+                    format!(
+                        "{} ports for {} hosts; give one port for every host, or one per host",
+                        many.len(),
+                        hosts.len()
+                    ),
+                ))
+            }
+        };
         let mut config = ReplicationConfig::new(self.user.clone())
-            .host(self.host.clone())
-            .port(self.port)
+            .hosts(hosts.into_iter().zip(ports))
             .dbname(self.database.clone())
             .application_name("pgcdc");
         if let Some(p) = self.resolve_password()? {
@@ -89,6 +109,101 @@ impl SourceConfig {
             }
         }
         Ok(filters)
+    }
+}
+
+/// `[source] port`: one port for every host, or one per host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ports(pub Vec<u16>);
+
+impl Default for Ports {
+    fn default() -> Self {
+        Ports(vec![cdc_runtime::replication::DEFAULT_PORT])
+    }
+}
+
+impl PartialEq<u16> for Ports {
+    fn eq(&self, other: &u16) -> bool {
+        self.0.as_slice() == [*other]
+    }
+}
+
+impl std::fmt::Display for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ports: Vec<String> = self.0.iter().map(u16::to_string).collect();
+        f.write_str(&ports.join(","))
+    }
+}
+
+impl std::str::FromStr for Ports {
+    type Err = String;
+
+    /// `5432` or `5432,5433`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.split(',')
+            .map(|p| {
+                p.trim()
+                    .parse::<u16>()
+                    .map_err(|_| format!("{s:?} is not a port or a comma-separated list of ports"))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Ports)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ports {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Ports;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a port from 0 to 65535, or a list of them (one per host)")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Ports, E> {
+                u16::try_from(v)
+                    .map(|p| Ports(vec![p]))
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Ports, E> {
+                u16::try_from(v)
+                    .map(|p| Ports(vec![p]))
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Ports, A::Error> {
+                let mut ports = Vec::new();
+                while let Some(p) = seq.next_element::<u16>()? {
+                    ports.push(p);
+                }
+                if ports.is_empty() {
+                    return Err(serde::de::Error::invalid_length(0, &self));
+                }
+                Ok(Ports(ports))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// `[source] host`: a string (`"a"` or `"a,b"`) or a list of strings,
+/// kept as the comma-separated list libpq takes.
+pub(super) fn host_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Hosts {
+        One(String),
+        Many(Vec<String>),
+    }
+    match Hosts::deserialize(d)? {
+        Hosts::One(h) => Ok(h),
+        Hosts::Many(list) if !list.is_empty() && list.iter().all(|h| !h.contains(',')) => {
+            Ok(list.join(","))
+        }
+        Hosts::Many(_) => Err(serde::de::Error::custom(
+            "expected a non-empty list of host names",
+        )),
     }
 }
 

@@ -221,3 +221,55 @@ fn a_standby_needs_checkpoints_and_reads_its_variables() {
     c.ha.takeover_after_ms = Some(0);
     assert!(c.check().is_err());
 }
+
+#[test]
+fn several_hosts_and_the_failover_slot() {
+    use cdc_runtime::replication::TargetSessionAttrs;
+    let text = MINIMAL.replace(
+        "database = \"app\"",
+        "database = \"app\"\n    host = [\"p.example\", \"s.example\"]\n    port = [5432, 5433]\n    failover_slot = true",
+    );
+    let c = Config::parse(&text).unwrap();
+    let rc = c.source.replication_config().unwrap();
+    let hosts: Vec<(&str, u16)> = rc
+        .endpoints()
+        .iter()
+        .map(|e| (e.host(), e.port()))
+        .collect();
+    assert_eq!(hosts, [("p.example", 5432), ("s.example", 5433)]);
+    assert_eq!(rc.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+    assert_eq!(c.source.source_options().unwrap().failover_slot, Some(true));
+    // One port for both; from the environment too.
+    let mut c = Config::parse(MINIMAL).unwrap();
+    assert_eq!(c.source.source_options().unwrap().failover_slot, None);
+    let env: HashMap<&str, &str> = [
+        ("PGCDC_SOURCE_HOST", "a,b"),
+        ("PGCDC_SOURCE_PORT", "6000"),
+        ("PGCDC_SOURCE_FAILOVER_SLOT", "false"),
+    ]
+    .into_iter()
+    .collect();
+    c.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
+    let rc = c.source.replication_config().unwrap();
+    let hosts: Vec<(&str, u16)> = rc
+        .endpoints()
+        .iter()
+        .map(|e| (e.host(), e.port()))
+        .collect();
+    assert_eq!(hosts, [("a", 6000), ("b", 6000)]);
+    assert_eq!(
+        c.source.source_options().unwrap().failover_slot,
+        Some(false)
+    );
+    // Port counts that do not match the hosts are refused, naming the key.
+    let text = MINIMAL.replace(
+        "database = \"app\"",
+        "database = \"app\"\n    host = [\"a\", \"b\", \"c\"]\n    port = [1, 2]",
+    );
+    let err = Config::parse(&text)
+        .unwrap()
+        .source
+        .replication_config()
+        .unwrap_err();
+    assert!(err.to_string().contains("source.port"), "{err}");
+}

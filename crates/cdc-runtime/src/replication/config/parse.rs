@@ -6,8 +6,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::{
-    ChannelBinding, ConfigError, ReplicationConfig, RootCertSource, SslMode,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
+    ChannelBinding, ConfigError, Endpoint, ReplicationConfig, RootCertSource, SslMode,
+    TargetSessionAttrs, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
 };
 
 impl ReplicationConfig {
@@ -54,33 +54,19 @@ impl ReplicationConfig {
                 builder.set("password", percent_decode("password", password)?)?;
             }
         }
-        if hostport.contains(',') {
-            return Err(ConfigError::MultipleHosts(hostport.into()));
+        // Several `host[:port]` entries separated by commas, as libpq takes them.
+        let mut hosts = Vec::new();
+        let mut ports = Vec::new();
+        for hostport in hostport.split(',') {
+            let (host, port) = split_host_port(hostport)?;
+            hosts.push(percent_decode("host", host)?);
+            ports.push(port.unwrap_or("").to_owned());
         }
-        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-            let (addr, after) = v6.split_once(']').ok_or(ConfigError::Url {
-                reason: "unterminated [ in an IPv6 host",
-            })?;
-            let port = match after {
-                "" => None,
-                p => Some(p.strip_prefix(':').ok_or(ConfigError::Url {
-                    reason: "expected :port after ]",
-                })?),
-            };
-            (addr, port)
-        } else {
-            match hostport.rsplit_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (hostport, None),
-            }
-        };
-        if !host.is_empty() {
-            builder.set("host", percent_decode("host", host)?)?;
+        if hosts.iter().any(|h| !h.is_empty()) {
+            builder.set("host", hosts.join(","))?;
         }
-        if let Some(port) = port {
-            if !port.is_empty() {
-                builder.set("port", port.to_owned())?;
-            }
+        if ports.iter().any(|p| !p.is_empty()) {
+            builder.set("port", ports.join(","))?;
         }
         if let Some(path) = path {
             if !path.is_empty() {
@@ -101,6 +87,27 @@ impl ReplicationConfig {
     }
 }
 
+/// One URL host entry: `host`, `host:port`, `[v6]` or `[v6]:port`.
+fn split_host_port(hostport: &str) -> Result<(&str, Option<&str>), ConfigError> {
+    if let Some(v6) = hostport.strip_prefix('[') {
+        let (addr, after) = v6.split_once(']').ok_or(ConfigError::Url {
+            reason: "unterminated [ in an IPv6 host",
+        })?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or(ConfigError::Url {
+                reason: "expected :port after ]",
+            })?),
+        };
+        Ok((addr, port))
+    } else {
+        Ok(match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        })
+    }
+}
+
 impl FromStr for ReplicationConfig {
     type Err = ConfigError;
 
@@ -118,9 +125,11 @@ impl FromStr for ReplicationConfig {
 
 #[derive(Default)]
 struct Builder {
-    host: Option<String>,
-    hostaddr: Option<IpAddr>,
-    port: Option<u16>,
+    hosts: Vec<String>,
+    hostaddrs: Vec<Option<IpAddr>>,
+    /// `None`: the default port.
+    ports: Vec<Option<u16>>,
+    target_session_attrs: Option<TargetSessionAttrs>,
     dbname: Option<String>,
     user: Option<String>,
     password: Option<String>,
@@ -141,34 +150,52 @@ impl Builder {
         };
         match key {
             "host" => {
-                if value.contains(',') {
-                    return Err(ConfigError::MultipleHosts(value));
+                let mut hosts = Vec::new();
+                for host in value.split(',') {
+                    if host.starts_with('/') || host.starts_with('@') {
+                        return Err(ConfigError::UnixSocket(host.to_owned()));
+                    }
+                    if host.is_empty() {
+                        return Err(invalid("no host may be empty", value));
+                    }
+                    hosts.push(host.to_owned());
                 }
-                if value.starts_with('/') || value.starts_with('@') {
-                    return Err(ConfigError::UnixSocket(value));
-                }
-                if value.is_empty() {
-                    return Err(invalid("the host must not be empty", value));
-                }
-                self.host = Some(value);
+                self.hosts = hosts;
             }
             "hostaddr" => {
-                if value.contains(',') {
-                    return Err(ConfigError::MultipleHosts(value));
+                let mut addrs = Vec::new();
+                for addr in value.split(',') {
+                    if addr.is_empty() {
+                        addrs.push(None);
+                        continue;
+                    }
+                    let addr = addr.parse::<IpAddr>().map_err(|_| {
+                        invalid("expected numeric IPv4 or IPv6 addresses", value.clone())
+                    })?;
+                    addrs.push(Some(addr));
                 }
-                let addr = value
-                    .parse::<IpAddr>()
-                    .map_err(|_| invalid("expected a numeric IPv4 or IPv6 address", value))?;
-                self.hostaddr = Some(addr);
+                self.hostaddrs = addrs;
             }
             "port" => {
-                let port = value
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|p| *p != 0)
-                    .ok_or_else(|| invalid("expected a TCP port number 1-65535", value))?;
-                self.port = Some(port);
+                let mut ports = Vec::new();
+                for port in value.split(',') {
+                    if port.trim().is_empty() {
+                        ports.push(None);
+                        continue;
+                    }
+                    let port = port
+                        .trim()
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|p| *p != 0)
+                        .ok_or_else(|| {
+                            invalid("expected TCP port numbers 1-65535", value.clone())
+                        })?;
+                    ports.push(Some(port));
+                }
+                self.ports = ports;
             }
+            "target_session_attrs" => self.target_session_attrs = Some(value.parse()?),
             "dbname" => self.dbname = Some(value),
             "user" => self.user = Some(value),
             "password" => self.password = Some(value),
@@ -211,10 +238,38 @@ impl Builder {
             .user
             .filter(|u| !u.is_empty())
             .ok_or(ConfigError::MissingUser)?;
+        let mut hosts = self.hosts;
+        if hosts.is_empty() {
+            // libpq: hostaddr alone names the servers; TLS then checks "localhost".
+            hosts = vec!["localhost".to_owned(); self.hostaddrs.len().max(1)];
+        }
+        let n = hosts.len();
+        if !self.hostaddrs.is_empty() && self.hostaddrs.len() != n {
+            return Err(ConfigError::HostCount(
+                "hostaddr lists a different number of addresses than host lists hosts",
+            ));
+        }
+        if self.ports.len() > 1 && self.ports.len() != n {
+            return Err(ConfigError::HostCount(
+                "port must give one port for all hosts or one per host",
+            ));
+        }
+        let endpoints = hosts
+            .into_iter()
+            .enumerate()
+            .map(|(i, host)| Endpoint {
+                host,
+                hostaddr: self.hostaddrs.get(i).copied().flatten(),
+                port: match self.ports.as_slice() {
+                    [one] => *one,
+                    many => many.get(i).copied().flatten(),
+                }
+                .unwrap_or(DEFAULT_PORT),
+            })
+            .collect();
         Ok(ReplicationConfig {
-            host: self.host.unwrap_or_else(|| "localhost".into()),
-            hostaddr: self.hostaddr,
-            port: self.port.unwrap_or(DEFAULT_PORT),
+            endpoints,
+            target_session_attrs: self.target_session_attrs,
             dbname: self.dbname.filter(|d| !d.is_empty()),
             user,
             password: self.password,
@@ -434,8 +489,16 @@ mod tests {
             Err(ConfigError::UnixSocket(_))
         ));
         assert!(matches!(
-            "user=a host=a,b".parse::<ReplicationConfig>(),
-            Err(ConfigError::MultipleHosts(_))
+            "user=a host=a,b port=1,2,3".parse::<ReplicationConfig>(),
+            Err(ConfigError::HostCount(_))
+        ));
+        assert!(matches!(
+            "user=a host=a,,b".parse::<ReplicationConfig>(),
+            Err(ConfigError::InvalidValue { key, .. }) if key == "host"
+        ));
+        assert!(matches!(
+            "user=a target_session_attrs=standby".parse::<ReplicationConfig>(),
+            Err(ConfigError::InvalidValue { key, .. }) if key == "target_session_attrs"
         ));
         assert!(matches!(
             "user=a replication=true".parse::<ReplicationConfig>(),
@@ -468,6 +531,38 @@ mod tests {
     }
 
     #[test]
+    fn several_hosts_as_libpq_takes_them() {
+        let c: ReplicationConfig = "user=a host=p,s port=5432,5433".parse().unwrap();
+        let hosts: Vec<(&str, u16)> = c.endpoints().iter().map(|e| (e.host(), e.port())).collect();
+        assert_eq!(hosts, [("p", 5432), ("s", 5433)]);
+        assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+        // One port for all hosts.
+        let c: ReplicationConfig = "user=a host=p,s port=7000".parse().unwrap();
+        assert!(c.endpoints().iter().all(|e| e.port() == 7000));
+        // A URL with a port on some hosts only, and an IPv6 host.
+        let c: ReplicationConfig = "postgresql://a@p:6000,[::1],s/db?target_session_attrs=any"
+            .parse()
+            .unwrap();
+        let hosts: Vec<(&str, u16)> = c.endpoints().iter().map(|e| (e.host(), e.port())).collect();
+        assert_eq!(hosts, [("p", 6000), ("::1", 5432), ("s", 5432)]);
+        assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::Any);
+        // One host: any server, unless asked.
+        let c: ReplicationConfig = "user=a host=p".parse().unwrap();
+        assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::Any);
+        let c: ReplicationConfig = "user=a host=p target_session_attrs=read-write"
+            .parse()
+            .unwrap();
+        assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+        // Display keeps every host and port.
+        let c: ReplicationConfig = "user=a host=p,s port=1,2 hostaddr=127.0.0.1,"
+            .parse()
+            .unwrap();
+        let back: ReplicationConfig = c.to_string().parse().unwrap();
+        assert_eq!(back.endpoints(), c.endpoints());
+        assert_eq!(c.endpoints()[1].hostaddr(), None);
+    }
+
+    #[test]
     fn url_errors() {
         assert!(matches!(
             ReplicationConfig::from_url("mysql://a@b"),
@@ -476,10 +571,6 @@ mod tests {
         assert!(matches!(
             "postgresql://a@h/db%zz".parse::<ReplicationConfig>(),
             Err(ConfigError::Url { .. })
-        ));
-        assert!(matches!(
-            "postgresql://a@h1,h2/db".parse::<ReplicationConfig>(),
-            Err(ConfigError::MultipleHosts(_))
         ));
         assert!(matches!(
             "postgresql://a@h:notaport/db".parse::<ReplicationConfig>(),

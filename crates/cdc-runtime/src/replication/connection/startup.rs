@@ -12,8 +12,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::super::auth::authenticate;
-use super::super::config::{ConfigError, ReplicationConfig};
-use super::super::error::{ProtocolError, ReplicationError, TlsError};
+use super::super::config::{ConfigError, ReplicationConfig, TargetSessionAttrs};
+use super::super::error::{HostFailure, ProtocolError, ReplicationError, TlsError};
 use super::super::tls;
 use super::super::transport::{log_notice, Socket, Transport};
 use super::super::wire::{self, parse_error_fields, parse_parameter_status};
@@ -21,7 +21,9 @@ use super::{ReplicationConnection, SESSION_OPTIONS};
 
 impl ReplicationConnection {
     /// Connects, negotiates TLS as `sslmode` says, authenticates and waits for
-    /// the server to be ready. The whole sequence is bounded by the connect timeout.
+    /// the server to be ready. The whole sequence is bounded by the connect
+    /// timeout, per host when several are given (tried in order; see
+    /// [`ReplicationConfig::get_target_session_attrs`]).
     pub async fn connect(config: &ReplicationConfig) -> Result<Self, ReplicationError> {
         Self::connect_as(config, true).await
     }
@@ -36,18 +38,86 @@ impl ReplicationConnection {
         Self::connect_as(config, false).await
     }
 
+    /// Tries the hosts in order, as libpq does, each within the connect
+    /// timeout; the first that connects and suits `target_session_attrs`
+    /// is used. With one host its error is returned as is, with several
+    /// every host's error ([`ReplicationError::NoHostUsable`]).
     async fn connect_as(
         config: &ReplicationConfig,
         replication: bool,
     ) -> Result<Self, ReplicationError> {
-        let timeout = config.get_connect_timeout();
-        match tokio::time::timeout(timeout, Self::connect_inner(config, replication)).await {
-            Ok(result) => result,
-            Err(_) => Err(ReplicationError::ConnectTimeout {
-                addr: display_addr(config),
-                timeout,
-            }),
+        let endpoints = config.endpoints();
+        if let [_] = endpoints {
+            return Self::connect_one(config, replication).await;
         }
+        let mut failures = Vec::new();
+        for endpoint in endpoints {
+            let one = config.for_endpoint(endpoint);
+            match Self::connect_one(&one, replication).await {
+                Ok(conn) => {
+                    if !failures.is_empty() {
+                        tracing::debug!(host = %endpoint, skipped = failures.len(), "connected to a later host of the list");
+                    }
+                    return Ok(conn);
+                }
+                Err(error) => {
+                    tracing::debug!(host = %endpoint, %error, "host not usable; trying the next");
+                    failures.push(HostFailure {
+                        addr: endpoint.to_string(),
+                        error,
+                    });
+                }
+            }
+        }
+        Err(ReplicationError::NoHostUsable(failures))
+    }
+
+    /// Connects to the one host of `config`.
+    async fn connect_one(
+        config: &ReplicationConfig,
+        replication: bool,
+    ) -> Result<Self, ReplicationError> {
+        let timeout = config.get_connect_timeout();
+        let mut conn =
+            match tokio::time::timeout(timeout, Self::connect_inner(config, replication)).await {
+                Ok(result) => result?,
+                Err(_) => {
+                    return Err(ReplicationError::ConnectTimeout {
+                        addr: display_addr(config),
+                        timeout,
+                    })
+                }
+            };
+        if config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite {
+            if let Some(why) = conn.read_only().await? {
+                let _ = conn.close().await;
+                return Err(ReplicationError::ReadOnlyServer {
+                    addr: display_addr(config),
+                    why,
+                });
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Why the server does not accept writes, if it does not: from the
+    /// `in_hot_standby` and `default_transaction_read_only` the server
+    /// reports at startup (PostgreSQL 14+), else `SHOW transaction_read_only`
+    /// (a replication command too), as libpq does.
+    async fn read_only(&mut self) -> Result<Option<&'static str>, ReplicationError> {
+        const STANDBY: &str = "a hot standby (in recovery)";
+        const READ_ONLY: &str = "read-only (default_transaction_read_only = on)";
+        if let Some(standby) = self.parameter("in_hot_standby") {
+            return Ok(if standby == "on" {
+                Some(STANDBY)
+            } else if self.parameter("default_transaction_read_only") == Some("on") {
+                Some(READ_ONLY)
+            } else {
+                None
+            });
+        }
+        let read_only = self.show("transaction_read_only").await?;
+        Ok((read_only == "on").then_some(STANDBY))
     }
 
     async fn connect_inner(
