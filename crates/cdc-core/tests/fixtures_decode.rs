@@ -275,7 +275,9 @@ fn check_fixture(bin: &Path) -> usize {
         );
     }
 
-    let mut decoder = Decoder::new(version);
+    // With `streaming = parallel` (v4) a Stream Abort carries the abort LSN and time.
+    let parallel = str_field(&expected, "options").contains("'streaming', 'parallel'");
+    let mut decoder = Decoder::new(version).with_parallel_streaming(parallel);
     let mut asm = TxnAssembler::new();
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut events: Vec<TxnEvent<'static>> = Vec::new();

