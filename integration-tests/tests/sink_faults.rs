@@ -392,6 +392,7 @@ async fn a_permanent_error_names_the_table_commit_lsn_and_event() {
         .await
         .unwrap();
     let table = Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 1,
         schema: "public".into(),
         table: "accounts".into(),
@@ -459,6 +460,7 @@ async fn a_reset_reconnects_and_keeps_exactly_once() {
         .await
         .unwrap();
     let table = Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 1,
         schema: "public".into(),
         table: "accounts".into(),

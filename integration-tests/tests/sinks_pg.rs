@@ -137,6 +137,7 @@ async fn table_sink_applies_every_operation_idempotently() {
         TableName::new("public", WEIRD),
     );
     let table = Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 1,
         schema: "app".into(),
         table: "src".into(),
@@ -305,6 +306,7 @@ async fn table_sink_applies_every_operation_idempotently() {
 async fn table_without_key_is_a_typed_error() {
     let db = TestPostgres::new_database().await.unwrap();
     let table = Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 1,
         schema: "public".into(),
         table: "nokey".into(),
@@ -617,6 +619,7 @@ async fn an_exactly_once_table_sink_never_applies_a_replayed_event_twice() {
         .await
         .unwrap();
     let table = Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 1,
         schema: "public".into(),
         table: "counted".into(),

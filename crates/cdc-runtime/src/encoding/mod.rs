@@ -63,6 +63,7 @@
 //! event has `"message":{"transactional":…,"prefix":…,"content":<base64>}`.
 
 mod json;
+mod options;
 mod schema;
 mod value;
 
@@ -73,31 +74,13 @@ use cdc_core::{Lsn, PgTimestamp, TimestampTz, Value, Xid};
 
 use crate::event::{Cell, ChangeEvent, Operation, Row, SourceInfo, TableSchema};
 use json::{write_base64, write_display_str, write_int, write_str};
+pub use options::{
+    BinaryHandlingMode, DebeziumOptions, DecimalHandlingMode, HstoreHandlingMode,
+    IntervalHandlingMode, OptionError, Placeholder, SkippedOperations, TimePrecisionMode, SETTINGS,
+    VERSION,
+};
 pub use value::UNAVAILABLE_VALUE;
 use value::{write_cell, write_cell_as, Temporal, TextKind};
-
-/// Settings of the Debezium envelope.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DebeziumOptions {
-    /// `source.name`: Debezium's `topic.prefix` (logical server name).
-    pub name: String,
-    /// `source.version`: the Debezium version consumers should assume.
-    pub version: String,
-    /// Writes schema-change events (off by default: Debezium's PostgreSQL
-    /// connector emits none, so its consumers do not expect them). See
-    /// the module docs for their shape.
-    pub schema_changes: bool,
-}
-
-impl Default for DebeziumOptions {
-    fn default() -> Self {
-        DebeziumOptions {
-            name: "pgcdc".to_owned(),
-            version: "2.7.0.Final".to_owned(),
-            schema_changes: false,
-        }
-    }
-}
 
 /// Which JSON shape to write.
 #[derive(Debug, Clone, PartialEq, Eq)]

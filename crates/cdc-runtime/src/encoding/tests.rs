@@ -58,6 +58,7 @@ fn event(
 
 fn simple_table() -> Arc<TableSchema> {
     Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 1,
         schema: "public".into(),
         table: "t".into(),
@@ -72,7 +73,7 @@ fn debezium_encoder() -> JsonEncoder {
     JsonEncoder::new(JsonFormat::Debezium(DebeziumOptions {
         name: "app".into(),
         version: "2.7.0.Final".into(),
-        schema_changes: false,
+        ..DebeziumOptions::default()
     }))
 }
 
@@ -487,6 +488,7 @@ fn every_type() -> Vec<Case> {
 fn every_value_type_in_both_encodings() {
     let cases = every_type();
     let table = Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 2,
         schema: "s".into(),
         table: "all".into(),
@@ -596,6 +598,7 @@ fn encode_lines_share_one_processing_time() {
 fn line_encoder_writes_what_encode_line_at_writes() {
     let t = simple_table();
     let other = Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 2,
         schema: "s\"q".into(),
         table: "other".into(),
@@ -644,6 +647,7 @@ fn line_encoder_writes_what_encode_line_at_writes() {
     evs.push(event(Operation::Create, &t2, None, row(6)));
     // A table without columns: `{}` rows.
     let empty = Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 3,
         schema: "public".into(),
         table: "empty".into(),
@@ -708,6 +712,7 @@ fn rows_as_sent_encode_like_decoded_rows() {
         TupleValue::Binary(&[0, 0, 0, 0, 0, 0, 1, 0]),
     ));
     let table = Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 3,
         schema: "s".into(),
         table: "wire".into(),
@@ -753,6 +758,7 @@ fn rows_as_sent_encode_like_decoded_rows() {
 fn schema_change_event() -> ChangeEvent {
     let previous = simple_table();
     let table = Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 1,
         schema: "public".into(),
         table: "t".into(),

@@ -20,17 +20,19 @@
 //!   events replayed after a restart.
 
 mod convert;
+mod facts;
 mod row;
 mod schema_change;
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cdc_core::{Lsn, Oid, PgTimestamp, Value, Xid};
 
 #[cfg(test)]
 pub(crate) use convert::decode_row;
 pub use convert::{ConvertError, EventConverter};
+pub use facts::{ColumnFacts, TableFacts};
 pub use row::Row;
 #[cfg(test)]
 pub(crate) use row::RowArena;
@@ -114,12 +116,16 @@ pub struct TableSchema {
     pub table: Arc<str>,
     /// Columns, in the order of the row values.
     pub columns: Vec<ColumnSchema>,
+    /// What the catalog says about the columns, once looked up (see
+    /// [`TableFacts`]); empty until then, and in tests.
+    pub facts: Arc<OnceLock<TableFacts>>,
 }
 
 impl TableSchema {
     /// Builds a schema from a pgoutput Relation message.
     pub fn from_relation(rel: &cdc_core::pgoutput::Relation<'_>) -> Self {
         TableSchema {
+            facts: Default::default(),
             oid: rel.oid,
             schema: Arc::from(rel.namespace.as_ref()),
             table: Arc::from(rel.name.as_ref()),
@@ -149,6 +155,32 @@ impl TableSchema {
                     && a.type_modifier == b.type_modifier
                     && a.is_key == b.is_key()
             })
+    }
+
+    /// The catalog facts of column `i`, if looked up.
+    pub fn column_facts(&self, i: usize) -> Option<&ColumnFacts> {
+        self.facts.get().and_then(|f| f.columns.get(i))
+    }
+
+    /// The columns of the record key: the primary key's when the catalog
+    /// facts know one, else the replica identity's (every column under
+    /// `REPLICA IDENTITY FULL` without a primary key).
+    pub fn key_columns(&self) -> impl Iterator<Item = (usize, &ColumnSchema)> + '_ {
+        let by_pk = self.facts.get().is_some_and(TableFacts::has_primary_key);
+        self.columns.iter().enumerate().filter(move |(i, c)| {
+            if by_pk {
+                self.column_facts(*i).is_some_and(|f| f.primary_key)
+            } else {
+                c.is_key
+            }
+        })
+    }
+
+    /// Whether every column is in the replica identity (`REPLICA IDENTITY
+    /// FULL`, or an identity covering all columns): the old row of an
+    /// update or delete is then whole.
+    pub fn identity_is_full(&self) -> bool {
+        self.columns.iter().all(|c| c.is_key)
     }
 
     /// Index of the column called `name`.

@@ -268,6 +268,7 @@ mod tests {
 
     fn table(name: &str, cols: &[(&str, u32)]) -> TableSchema {
         TableSchema {
+            facts: Default::default(),
             oid: 1,
             schema: "public".into(),
             table: name.into(),

@@ -20,6 +20,7 @@ pub(crate) fn orders_schema(full: bool) -> Arc<TableSchema> {
         is_key,
     };
     Arc::new(TableSchema {
+        facts: Default::default(),
         oid: 16384,
         schema: Arc::from("public"),
         table: Arc::from("orders"),

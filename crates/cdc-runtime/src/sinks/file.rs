@@ -365,6 +365,7 @@ mod tests {
 
     fn events(n: u32, text_len: usize) -> Vec<ChangeEvent> {
         let table = Arc::new(TableSchema {
+            facts: Default::default(),
             oid: 1,
             schema: "public".into(),
             table: "t".into(),

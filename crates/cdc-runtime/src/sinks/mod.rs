@@ -339,6 +339,7 @@ mod tests {
     #[test]
     fn an_event_error_names_the_table_position_and_operation_and_keeps_the_fault() {
         let table = TableSchema {
+            facts: Default::default(),
             oid: 1,
             schema: "public".into(),
             table: "orders".into(),

@@ -29,6 +29,16 @@ pub enum SinkOptions {
     Null,
 }
 
+impl SinkOptions {
+    /// The JSON format of a stdout or file sink.
+    pub fn json_format(&self) -> Option<&JsonFormat> {
+        match self {
+            SinkOptions::Stdout { format } | SinkOptions::File { format, .. } => Some(format),
+            SinkOptions::Postgres(_) | SinkOptions::Null => None,
+        }
+    }
+}
+
 /// Settings of a PostgreSQL table sink opened by a job.
 #[derive(Clone)]
 pub struct PostgresSinkOptions {

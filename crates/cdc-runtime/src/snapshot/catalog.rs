@@ -183,6 +183,7 @@ pub async fn published_tables(
             Vec::new()
         };
         let event_schema = Arc::new(TableSchema {
+            facts: Default::default(),
             oid,
             schema: Arc::from(schema.as_str()),
             table: Arc::from(name.as_str()),

@@ -180,6 +180,7 @@ mod tests {
             estimated_rows: None,
             partitioned: false,
             event_schema: Arc::new(TableSchema {
+                facts: Default::default(),
                 oid: 1,
                 schema: "public".into(),
                 table: "t".into(),

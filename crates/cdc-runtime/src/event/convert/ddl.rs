@@ -50,6 +50,7 @@ impl EventConverter {
                 continue;
             };
             let schema = Arc::new(TableSchema {
+                facts: Default::default(),
                 oid: t.oid,
                 schema: Arc::from(t.schema.as_str()),
                 table: Arc::from(t.name.as_str()),

@@ -192,6 +192,7 @@ impl KeyedAggregate {
             is_key,
         };
         let output = Arc::new(TableSchema {
+            facts: Default::default(),
             oid: 0,
             schema: Arc::from("pgcdc"),
             table: Arc::from(spec.id.as_str()),

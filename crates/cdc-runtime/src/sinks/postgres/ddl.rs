@@ -70,6 +70,7 @@ impl PgTableSink {
         match item {
             SchemaChangeItem::RenameTable { schema, table: old } => {
                 let from = self.target(&TableSchema {
+                    facts: Default::default(),
                     oid: table.oid,
                     schema: schema.clone(),
                     table: old.clone(),
