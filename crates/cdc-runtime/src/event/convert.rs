@@ -1,9 +1,10 @@
 //! [`TxnEvent`] -> [`ChangeEvent`].
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cdc_core::pgoutput::Relation;
+use cdc_core::pgoutput::{OldTuple, Relation};
 use cdc_core::{
     validate_binary, validate_text, Change, Lsn, Oid, PgTimestamp, RelationCache, TupleData,
     TupleValue, TxnEvent, ValueError, Xid,
@@ -218,6 +219,7 @@ impl EventConverter {
         self.schemas.clear();
         for v in versions {
             let schema = TableSchema {
+                facts: Default::default(),
                 oid: v.oid,
                 schema: Arc::from(v.schema.as_str()),
                 table: Arc::from(v.name.as_str()),
@@ -429,7 +431,12 @@ impl EventConverter {
                     Some(old) => Some(decode_row(&mut self.arena, &table, old.tuple())?),
                     None => None,
                 };
-                let after = decode_row(&mut self.arena, &table, &m.new)?;
+                let after = match &m.old {
+                    Some(OldTuple::Full(old)) => {
+                        decode_row(&mut self.arena, &table, &with_old_toast(&m.new, old))?
+                    }
+                    _ => decode_row(&mut self.arena, &table, &m.new)?,
+                };
                 out.push(row_event(
                     Operation::Update,
                     table,
@@ -583,6 +590,26 @@ fn row_event(
         schema_change: None,
         source,
         index: 0,
+    }
+}
+
+/// The new row of an update under `REPLICA IDENTITY FULL`, with each
+/// unchanged TOASTed column (which the server leaves out of the new row)
+/// taken from the old row, which carries it: every format and sink then
+/// has the real value instead of "unavailable".
+fn with_old_toast<'a>(new: &'a TupleData<'a>, old: &'a TupleData<'a>) -> Cow<'a, TupleData<'a>> {
+    let unchanged = |v: &TupleValue<'_>| matches!(v, TupleValue::UnchangedToast);
+    if !new.iter().any(|v| unchanged(&v)) || new.len() != old.len() {
+        return Cow::Borrowed(new);
+    }
+    let merged: Vec<TupleValue<'_>> = new
+        .iter()
+        .zip(old.iter())
+        .map(|(n, o)| if unchanged(&n) { o } else { n })
+        .collect();
+    match TupleData::from_values(&merged) {
+        Some(t) => Cow::Owned(t),
+        None => Cow::Borrowed(new),
     }
 }
 
