@@ -107,6 +107,7 @@ mod convert;
 mod ddl;
 mod defaults;
 mod error;
+mod facts;
 mod failover;
 mod options;
 mod partitions;
@@ -328,6 +329,7 @@ impl Pipeline {
             appeared: Default::default(),
             partitions,
             server: None,
+            facts: facts::FactsLookup::new(&options.replication),
         };
         source.spill.spilled = options
             .monitor

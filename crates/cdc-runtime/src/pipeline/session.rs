@@ -58,6 +58,8 @@ pub(super) struct Source<'o> {
     /// table's schema changed (then the read is done again) or not (then
     /// it stops the job).
     pub(super) snapshot_failure: Option<crate::snapshot::SnapshotError>,
+    /// Looks up the catalog facts of new table schemas before they ship.
+    pub(super) facts: super::facts::FactsLookup,
     /// Tables that appeared while the job runs and were noted already.
     pub(super) appeared: std::collections::HashSet<cdc_core::Oid>,
     /// Watches the partitions of published partitioned tables.

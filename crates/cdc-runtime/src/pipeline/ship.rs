@@ -79,6 +79,7 @@ impl Source<'_> {
         if self.pending.is_empty() {
             return Ok(());
         }
+        self.facts.fill(&self.pending.events).await;
         let pending = std::mem::take(&mut self.pending);
         // What stays open continues in the next batch.
         self.pending.committed = 0;
