@@ -32,6 +32,13 @@
 //! path = "/var/lib/pgcdc/changes.jsonl"
 //! max_file_bytes = 104857600
 //! format = "debezium"
+//! # key = true                  # {"key":…,"value":…} per line (tombstones after deletes)
+//!
+//! [debezium]                    # Debezium's settings, by its names and with its defaults
+//! "topic.prefix" = "app"
+//! # "decimal.handling.mode" = "precise"   # or "string", "double"
+//! # "tombstones.on.delete" = true
+//! # "skipped.operations" = "t"
 //!
 //! [checkpoint]                  # without this section: no checkpoints
 //! job = "app"                   # default: the slot name
@@ -71,7 +78,6 @@ use std::time::Duration;
 use cdc_core::Lsn;
 use serde::Deserialize;
 
-use cdc_runtime::encoding::{DebeziumOptions, JsonFormat};
 use cdc_runtime::pipeline::{
     DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY, DEFAULT_STATUS_INTERVAL,
 };
@@ -80,22 +86,26 @@ pub use cdc_runtime::source::TableRef;
 
 mod build;
 mod checkpoint;
+mod debezium;
 mod env;
 mod ha;
 mod location;
 mod metrics;
 mod secret;
+mod sinks;
 mod snapshot;
 mod source;
 
 pub use source::{FilteredTable, SlotLostSetting, TableEntry};
 
 pub use checkpoint::{CheckpointConfig, ConfirmSetting, OperatorConfig};
+pub use debezium::DebeziumConfig;
 pub use env::{unknown_env_vars, UnknownEnvVar, ENV_VARS};
 pub use ha::HaConfig;
 pub use location::{line_column, Location};
 pub use metrics::{MetricsConfig, DEFAULT_METRICS_LISTEN};
 pub use secret::Secret;
+pub use sinks::{DroppedColumnsConfig, Format, SinkConfig};
 pub use snapshot::{ModeSetting, SnapshotConfig};
 
 /// Why a configuration could not be loaded.
@@ -200,6 +210,9 @@ pub struct Config {
     /// A hot standby instance.
     #[serde(default)]
     pub ha: HaConfig,
+    /// The settings of the Debezium format, under Debezium's names.
+    #[serde(default)]
+    pub debezium: DebeziumConfig,
 }
 
 /// `[source]`.
@@ -366,102 +379,6 @@ impl Default for PipelineConfig {
             sink_timeout_secs: cdc_runtime::pipeline::DEFAULT_SINK_TIMEOUT.as_secs(),
         }
     }
-}
-
-/// The JSON shape written by a sink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    /// Debezium's change event value.
-    #[default]
-    Debezium,
-    /// pgcdc's plain JSON.
-    Plain,
-}
-
-impl Format {
-    /// The encoder format; `schema_changes` writes schema-change events in
-    /// the Debezium format too (the plain format always writes them).
-    pub fn json_format(self, schema_changes: bool) -> JsonFormat {
-        match self {
-            Format::Debezium => JsonFormat::Debezium(DebeziumOptions {
-                schema_changes,
-                ..DebeziumOptions::default()
-            }),
-            Format::Plain => JsonFormat::Plain,
-        }
-    }
-}
-
-/// `dropped_columns` of a PostgreSQL sink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DroppedColumnsConfig {
-    /// Keep the target column (made nullable).
-    #[default]
-    Keep,
-    /// Drop the target column too.
-    Drop,
-}
-
-/// One `[[sinks]]` entry.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-pub enum SinkConfig {
-    /// JSON lines on standard output.
-    Stdout {
-        /// JSON shape.
-        #[serde(default)]
-        format: Format,
-        /// Write schema-change events in the Debezium format too.
-        #[serde(default)]
-        schema_changes: bool,
-    },
-    /// JSON lines in size-rotated files.
-    File {
-        /// Base path (files are `<path>.000001`, …).
-        path: PathBuf,
-        /// Rotate before a file exceeds this many bytes (0: never).
-        #[serde(default)]
-        max_file_bytes: u64,
-        /// JSON shape.
-        #[serde(default)]
-        format: Format,
-        /// Write schema-change events in the Debezium format too.
-        #[serde(default)]
-        schema_changes: bool,
-    },
-    /// Applied to tables of a PostgreSQL database (same names).
-    Postgres {
-        /// Target connection string (libpq key=value or URL; not logged).
-        url: Secret,
-        /// Apply every event exactly once: the sink records its progress in
-        /// `pgcdc.sink_progress` on the target, in the same transaction as
-        /// its writes, and skips what it already applied.
-        #[serde(default)]
-        exactly_once: bool,
-        /// The name of its progress row (default: the slot name).
-        #[serde(default)]
-        name: Option<String>,
-        /// Commit the sink's writes and each checkpoint in one transaction.
-        /// By default this happens whenever the sink is exactly-once and the
-        /// checkpoint store is in the target database; `false` turns it off
-        /// (writes then commit batch by batch, and the progress row keeps
-        /// them exactly once); `true` makes it required, refusing to start
-        /// otherwise.
-        #[serde(default)]
-        commit_with_checkpoint: Option<bool>,
-        /// Target tables by source table (`"public.orders" = "replica.orders"`);
-        /// tables not listed go to the same name on the target.
-        #[serde(default)]
-        tables: std::collections::BTreeMap<String, String>,
-        /// What a source `DROP COLUMN` does to the target column: `keep`
-        /// (default; made nullable) or `drop`.
-        #[serde(default)]
-        dropped_columns: DroppedColumnsConfig,
-    },
-    /// Discards events (benchmarks).
-    Null,
 }
 
 impl Config {

@@ -150,11 +150,47 @@ async fn validate(config: &Config) -> Result<(), Failure> {
         .map_err(|e| Failure::connect(&e))?;
     let result = check_server(&mut conn, &source).await;
     let _ = conn.close().await;
-    let lines = result?;
+    let mut lines = result?;
+    let ok = lines.pop();
+    lines.extend(format_lines(config)?);
+    lines.extend(ok);
     for line in lines {
         println!("{line}");
     }
     Ok(())
+}
+
+/// `pgcdc validate`'s lines on what each JSON sink writes: for the
+/// Debezium format, every setting that changes the shape, by Debezium's
+/// name, with its value.
+fn format_lines(config: &Config) -> Result<Vec<String>, Failure> {
+    let debezium = config.debezium.options()?;
+    let mut lines = Vec::new();
+    for (i, sink) in config.sinks.iter().enumerate() {
+        let kind = match sink {
+            pgcdc::config::SinkConfig::Stdout { .. } => "stdout",
+            pgcdc::config::SinkConfig::File { .. } => "file",
+            _ => continue,
+        };
+        match sink.options(&debezium)?.json_format() {
+            Some(cdc_runtime::encoding::JsonFormat::Debezium(o)) => {
+                let settings: Vec<String> = o
+                    .settings()
+                    .into_iter()
+                    .map(|(name, value)| format!("{name}={value}"))
+                    .collect();
+                lines.push(format!(
+                    "sinks[{i}] ({kind}) writes the Debezium format: {}",
+                    settings.join(", ")
+                ));
+            }
+            Some(cdc_runtime::encoding::JsonFormat::Plain) => {
+                lines.push(format!("sinks[{i}] ({kind}) writes the plain format"));
+            }
+            None => {}
+        }
+    }
+    Ok(lines)
 }
 
 /// `pgcdc validate`'s checks without creating anything: a publication or

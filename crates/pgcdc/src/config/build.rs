@@ -12,6 +12,8 @@ use cdc_runtime::source::{Capture, SourceOptions};
 use checkpoint_api::JobName;
 use checkpoint_pg::PgStoreConfig;
 
+use cdc_runtime::encoding::DebeziumOptions;
+
 use super::{
     invalid, table_ref, CheckpointConfig, Config, ConfigFileError, DroppedColumnsConfig,
     SinkConfig, SourceConfig,
@@ -37,8 +39,9 @@ impl Config {
                 sink_timeout: (self.pipeline.sink_timeout_secs > 0)
                     .then(|| Duration::from_secs(self.pipeline.sink_timeout_secs)),
             });
+        let debezium = self.debezium.options()?;
         for sink in &self.sinks {
-            builder = builder.sink(sink.options()?);
+            builder = builder.sink(sink.options(&debezium)?);
         }
         for op in &self.operators {
             builder = builder.boxed_operator(op.build()?);
@@ -120,26 +123,29 @@ impl SourceConfig {
 }
 
 impl SinkConfig {
-    /// The typed sink settings.
-    pub fn options(&self) -> Result<SinkOptions, ConfigFileError> {
+    /// The typed sink settings, with the `[debezium]` settings for the
+    /// Debezium format.
+    pub fn options(&self, debezium: &DebeziumOptions) -> Result<SinkOptions, ConfigFileError> {
         Ok(match self {
             SinkConfig::Stdout {
                 format,
                 schema_changes,
+                key,
             } => SinkOptions::Stdout {
-                format: format.json_format(*schema_changes),
+                format: format.json_format(debezium, *schema_changes, *key),
             },
             SinkConfig::File {
                 path,
                 max_file_bytes,
                 format,
                 schema_changes,
+                key,
             } => SinkOptions::File {
                 options: FileSinkOptions {
                     path: path.clone(),
                     max_file_bytes: *max_file_bytes,
                 },
-                format: format.json_format(*schema_changes),
+                format: format.json_format(debezium, *schema_changes, *key),
             },
             SinkConfig::Postgres {
                 url,

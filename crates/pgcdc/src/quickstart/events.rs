@@ -65,16 +65,27 @@ pub(super) fn read(base: &Path, table: &str) -> Result<Delivered, QuickstartErro
             } else {
                 delivered.lines += 1;
             }
-            let id = event["transaction"]["id"]
-                .as_str()
-                .ok_or_else(|| bad("no transaction.id"))?;
-            let order = event["transaction"]["total_order"]
-                .as_u64()
-                .ok_or_else(|| bad("no transaction.total_order"))?;
-            if !seen.insert((id.to_owned(), order)) {
+            let row_id = |v: &Value| v["id"].as_i64().ok_or_else(|| bad("a row without id"));
+            // Snapshot reads belong to no transaction (Debezium writes
+            // `transaction: null` for them): a read again after a crash is
+            // the same row id read again.
+            let dedup_key = if event["op"] == "r" {
+                (
+                    "snapshot".to_owned(),
+                    row_id(&event["after"])?.unsigned_abs(),
+                )
+            } else {
+                let id = event["transaction"]["id"]
+                    .as_str()
+                    .ok_or_else(|| bad("no transaction.id"))?;
+                let order = event["transaction"]["total_order"]
+                    .as_u64()
+                    .ok_or_else(|| bad("no transaction.total_order"))?;
+                (id.to_owned(), order)
+            };
+            if !seen.insert(dedup_key) {
                 continue;
             }
-            let row_id = |v: &Value| v["id"].as_i64().ok_or_else(|| bad("a row without id"));
             let row = |v: &Value| (v["customer"].as_i64(), v["amount"].as_i64());
             match event["op"].as_str() {
                 // The initial snapshot: the row as it is (an upsert).

@@ -332,6 +332,11 @@ type = "file"
 path = {events:?}
 format = "debezium"
 
+[debezium]
+"topic.prefix" = "quickstart"
+# The `transaction` block (id, total_order), by which duplicates are recognised.
+"provide.transaction.metadata" = true
+
 [checkpoint]
 job = "{JOB}"
 interval_ms = 500
