@@ -912,6 +912,20 @@ async fn validate_on_a_first_run_says_what_run_will_create() {
         "{stdout}"
     );
     assert!(stdout.contains("will create slot \"cli_val\""), "{stdout}");
+    // Every setting that changes the Debezium shape, with Debezium's names
+    // and defaults.
+    assert!(
+        stdout.contains(
+            "sinks[0] (file) writes the Debezium format: topic.prefix=pgcdc, \
+             tombstones.on.delete=true, skipped.operations=t, time.precision.mode=adaptive, \
+             decimal.handling.mode=precise, binary.handling.mode=bytes, \
+             interval.handling.mode=numeric, hstore.handling.mode=json, \
+             provide.transaction.metadata=false, \
+             unavailable.value.placeholder=__debezium_unavailable_value, schemas.enable=false, \
+             key=false, schema.changes=false"
+        ),
+        "{stdout}"
+    );
     // validate created nothing.
     let publications: i64 = client
         .query_one(

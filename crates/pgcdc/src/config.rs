@@ -435,6 +435,7 @@ impl Config {
         if self.sinks.is_empty() {
             return Err(invalid("sinks", "configure at least one [[sinks]] entry"));
         }
+        self.debezium.options()?;
         if s.tables.is_empty() && s.schemas.is_empty() {
             return Err(invalid(
                 "source.tables",

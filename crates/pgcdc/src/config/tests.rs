@@ -273,3 +273,61 @@ fn several_hosts_and_the_failover_slot() {
         .unwrap_err();
     assert!(err.to_string().contains("source.port"), "{err}");
 }
+
+#[test]
+fn the_debezium_section_takes_debeziums_names_and_sinks_take_key() {
+    use cdc_runtime::encoding::{DecimalHandlingMode, JsonFormat, SkippedOperations};
+    let text = format!(
+        "{MINIMAL}\n[[sinks]]\ntype = \"stdout\"\nkey = true\n\n[debezium]\n\
+         \"topic.prefix\" = \"app\"\n\"decimal.handling.mode\" = \"string\"\n\
+         \"tombstones.on.delete\" = false\n\"skipped.operations\" = [\"t\", \"d\"]\n"
+    );
+    let c = Config::parse(&text).unwrap();
+    c.check().unwrap();
+    let o = c.debezium.options().unwrap();
+    assert_eq!(o.name, "app");
+    assert_eq!(o.decimal_handling_mode, DecimalHandlingMode::String);
+    assert!(!o.tombstones_on_delete);
+    assert_eq!(
+        o.skipped_operations,
+        SkippedOperations {
+            delete: true,
+            ..SkippedOperations::default()
+        }
+    );
+    let stdout = c.sinks.last().unwrap().options(&o).unwrap();
+    match stdout.json_format() {
+        Some(JsonFormat::Debezium(d)) => {
+            assert!(d.key);
+            assert_eq!(d.name, "app");
+            assert_eq!(d.version, env!("CARGO_PKG_VERSION"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The first sink is plain: the section does not change it.
+    assert_eq!(
+        c.sinks[0].options(&o).unwrap().json_format(),
+        Some(&JsonFormat::Plain)
+    );
+
+    // A wrong name or value names the setting and what it takes.
+    let bad = format!("{MINIMAL}\n[debezium]\n\"decimal.handling.mode\" = \"exact\"\n");
+    let err = Config::parse(&bad)
+        .unwrap()
+        .check()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("decimal.handling.mode") && err.contains("precise, string, double"),
+        "{err}"
+    );
+    let bad = format!("{MINIMAL}\n[debezium]\n\"tombstone.on.delete\" = false\n");
+    let err = Config::parse(&bad)
+        .unwrap()
+        .check()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("tombstones.on.delete"), "{err}");
+    let bad = format!("{MINIMAL}\n[debezium]\n\"schemas.enable\" = 1\n");
+    assert!(Config::parse(&bad).unwrap().check().is_err());
+}
