@@ -48,6 +48,12 @@
 //!   - arrays: JSON arrays (nested for several dimensions).
 //!   - an unchanged TOAST column: `"__debezium_unavailable_value"` (never null).
 //!
+//! With [`DebeziumOptions::schemas_enable`] each line is what Kafka
+//! Connect's JSON converter writes with `schemas.enable=true`:
+//! `{"schema":<the envelope's Connect schema>,"payload":<the envelope>}`,
+//! the schema Debezium 2.7's (see `connect_schema/`). Messages and schema
+//! changes carry `"schema":null`.
+//!
 //! # Plain form ([`JsonFormat::Plain`])
 //!
 //! ```json
@@ -62,6 +68,7 @@
 //! out of the row object and listed by name in `unchanged_toast`. A message
 //! event has `"message":{"transactional":…,"prefix":…,"content":<base64>}`.
 
+mod connect_schema;
 mod json;
 mod options;
 mod schema;
@@ -111,6 +118,8 @@ pub struct JsonEncoder {
     /// The Debezium `source` block up to its `ts_ms` value, the same for
     /// every event: written once here instead of escaped for each event.
     source_head: Vec<u8>,
+    /// The Kafka Connect schemas of the tables seen (`schemas.enable`).
+    schemas: connect_schema::SchemaCache,
 }
 
 impl JsonEncoder {
@@ -127,6 +136,7 @@ impl JsonEncoder {
         JsonEncoder {
             format,
             source_head,
+            schemas: Default::default(),
         }
     }
 
@@ -211,12 +221,38 @@ impl JsonEncoder {
     /// top-level `ts_ms`) given, for reproducible output.
     pub fn encode_at(&self, event: &ChangeEvent, now_ms: i64, out: &mut Vec<u8>) {
         match &self.format {
+            JsonFormat::Debezium(opts) if opts.schemas_enable => {
+                let schemas = self.connect_schemas(event, opts);
+                let schema = schemas.as_ref().map_or(&b"null"[..], |s| &s.value);
+                connect_schema::write_wrapped(out, schema, |out| {
+                    self.encode_payload(event, now_ms, out)
+                });
+            }
+            _ => self.encode_payload(event, now_ms, out),
+        }
+    }
+
+    /// [`encode_at`](Self::encode_at) without the Kafka Connect wrapper.
+    fn encode_payload(&self, event: &ChangeEvent, now_ms: i64, out: &mut Vec<u8>) {
+        match &self.format {
             JsonFormat::Debezium(_) if event.op == Operation::SchemaChange => {
                 schema::debezium_schema_change(event, &self.source_head, now_ms, out);
             }
             JsonFormat::Debezium(_) => debezium(event, &self.source_head, now_ms, out),
             JsonFormat::Plain => plain(event, out),
         }
+    }
+
+    /// The Kafka Connect schemas of a row event's table; `None` for
+    /// messages and schema changes, which are written with a null schema.
+    fn connect_schemas(
+        &self,
+        event: &ChangeEvent,
+        opts: &DebeziumOptions,
+    ) -> Option<Arc<connect_schema::TableSchemas>> {
+        let table = event.table.as_ref()?;
+        let row_event = !matches!(event.op, Operation::Message | Operation::SchemaChange);
+        row_event.then(|| self.schemas.get(table, opts))
     }
 }
 
@@ -241,12 +277,20 @@ impl LineEncoder<'_> {
             return;
         }
         match (&self.encoder.format, event.table.as_ref()) {
-            (JsonFormat::Debezium(_), Some(table))
+            (JsonFormat::Debezium(opts), Some(table))
                 if !matches!(event.op, Operation::Message | Operation::SchemaChange) =>
             {
                 self.envelope
                     .prepare(event, table, &self.encoder.source_head, self.now_ms);
-                self.envelope.write(event, out);
+                if opts.schemas_enable {
+                    let schemas = self.encoder.schemas.get(table, opts);
+                    let envelope = &self.envelope;
+                    connect_schema::write_wrapped(out, &schemas.value, |out| {
+                        envelope.write(event, out)
+                    });
+                } else {
+                    self.envelope.write(event, out);
+                }
             }
             _ => self.encoder.encode_at(event, self.now_ms, out),
         }
