@@ -51,8 +51,8 @@
 //! With [`DebeziumOptions::schemas_enable`] each line is what Kafka
 //! Connect's JSON converter writes with `schemas.enable=true`:
 //! `{"schema":<the envelope's Connect schema>,"payload":<the envelope>}`,
-//! the schema Debezium 2.7's (see `connect_schema/`). Messages and schema
-//! changes carry `"schema":null`.
+//! the schema Debezium 2.7's (see `connect_schema/`). Schema changes carry
+//! `"schema":null`.
 //!
 //! # Plain form ([`JsonFormat::Plain`])
 //!
@@ -222,9 +222,7 @@ impl JsonEncoder {
     pub fn encode_at(&self, event: &ChangeEvent, now_ms: i64, out: &mut Vec<u8>) {
         match &self.format {
             JsonFormat::Debezium(opts) if opts.schemas_enable => {
-                let schemas = self.connect_schemas(event, opts);
-                let schema = schemas.as_ref().map_or(&b"null"[..], |s| &s.value);
-                connect_schema::write_wrapped(out, schema, |out| {
+                connect_schema::write_event_wrapped(&self.schemas, event, opts, out, |out| {
                     self.encode_payload(event, now_ms, out)
                 });
             }
@@ -241,18 +239,6 @@ impl JsonEncoder {
             JsonFormat::Debezium(_) => debezium(event, &self.source_head, now_ms, out),
             JsonFormat::Plain => plain(event, out),
         }
-    }
-
-    /// The Kafka Connect schemas of a row event's table; `None` for
-    /// messages and schema changes, which are written with a null schema.
-    fn connect_schemas(
-        &self,
-        event: &ChangeEvent,
-        opts: &DebeziumOptions,
-    ) -> Option<Arc<connect_schema::TableSchemas>> {
-        let table = event.table.as_ref()?;
-        let row_event = !matches!(event.op, Operation::Message | Operation::SchemaChange);
-        row_event.then(|| self.schemas.get(table, opts))
     }
 }
 
@@ -283,9 +269,9 @@ impl LineEncoder<'_> {
                 self.envelope
                     .prepare(event, table, &self.encoder.source_head, self.now_ms);
                 if opts.schemas_enable {
-                    let schemas = self.encoder.schemas.get(table, opts);
                     let envelope = &self.envelope;
-                    connect_schema::write_wrapped(out, &schemas.value, |out| {
+                    let schemas = &self.encoder.schemas;
+                    connect_schema::write_event_wrapped(schemas, event, opts, out, |out| {
                         envelope.write(event, out)
                     });
                 } else {

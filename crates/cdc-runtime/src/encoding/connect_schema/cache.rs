@@ -1,9 +1,9 @@
 //! The rendered schemas of the tables an encoder has seen, so that a
 //! table's schema JSON is built once per [`TableSchema`], not per event.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use super::{write_key_schema, write_value_schema};
+use super::{write_key_schema, write_message_value_schema, write_value_schema};
 use crate::encoding::DebeziumOptions;
 use crate::event::TableSchema;
 
@@ -32,6 +32,8 @@ pub(crate) struct TableSchemas {
 #[derive(Debug, Default)]
 pub(crate) struct SchemaCache {
     entries: Mutex<Vec<Entry>>,
+    /// The schema of logical decoding messages' records.
+    message: OnceLock<Box<[u8]>>,
 }
 
 #[derive(Debug)]
@@ -85,6 +87,16 @@ impl SchemaCache {
             schemas: schemas.clone(),
         });
         schemas
+    }
+
+    /// The schema of a logical decoding message's record under `opts`,
+    /// rendered once.
+    pub(crate) fn message(&self, opts: &DebeziumOptions) -> &[u8] {
+        self.message.get_or_init(|| {
+            let mut out = Vec::new();
+            write_message_value_schema(&mut out, opts);
+            out.into_boxed_slice()
+        })
     }
 
     #[cfg(test)]

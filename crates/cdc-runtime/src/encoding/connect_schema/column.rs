@@ -217,7 +217,7 @@ fn bits(typmod: i32) -> Schema {
 }
 
 /// `binary.handling.mode`: bytes, or a string in the other modes.
-fn binary(mode: BinaryHandlingMode) -> Schema {
+pub(super) fn binary(mode: BinaryHandlingMode) -> Schema {
     match mode {
         BinaryHandlingMode::Bytes => Schema::bytes(),
         BinaryHandlingMode::Base64

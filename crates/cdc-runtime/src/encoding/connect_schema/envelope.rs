@@ -4,7 +4,7 @@
 //! `Envelope` (`SchemaFactory.datatypeEnvelopeSchema`, as
 //! `TableSchemaBuilder` fills it), and the BEGIN/END transaction records.
 
-use super::column::column_schema;
+use super::column::{binary, column_schema};
 use super::node::{Field, Kind, Schema};
 use crate::encoding::DebeziumOptions;
 use crate::event::TableSchema;
@@ -168,5 +168,35 @@ pub(super) fn transaction_value() -> Schema {
 pub(super) fn transaction_key() -> Schema {
     Schema::structure(vec![Field::new("id", Schema::string())])
         .named("io.debezium.connector.common.TransactionMetadataKey")
+        .version(1)
+}
+
+/// The value schema of a logical decoding message's record
+/// (`io.debezium.connector.postgresql.MessageValue`: `op`, `ts_ms`,
+/// `source`, and the `message` block, whose `content` follows
+/// `binary.handling.mode`).
+pub(super) fn message_value(opts: &DebeziumOptions) -> Schema {
+    let content = binary(opts.binary_handling_mode);
+    let message = Schema::structure(vec![
+        Field::new("prefix", Schema::string().optional()),
+        Field::new("content", content.optional()),
+    ])
+    .named("io.debezium.connector.postgresql.Message")
+    .version(1);
+    Schema::structure(vec![
+        Field::new("op", Schema::string()),
+        Field::new("ts_ms", Schema::int64().optional()),
+        Field::new("source", source_struct()),
+        Field::new("message", message),
+    ])
+    .named("io.debezium.connector.postgresql.MessageValue")
+    .version(1)
+}
+
+/// The key schema of a logical decoding message's record
+/// (`io.debezium.connector.postgresql.MessageKey`: the prefix).
+pub(super) fn message_key() -> Schema {
+    Schema::structure(vec![Field::new("prefix", Schema::string().optional())])
+        .named("io.debezium.connector.postgresql.MessageKey")
         .version(1)
 }

@@ -32,10 +32,10 @@ mod column;
 mod envelope;
 mod node;
 
-pub(crate) use cache::{SchemaCache, TableSchemas};
+pub(crate) use cache::SchemaCache;
 
 use crate::encoding::DebeziumOptions;
-use crate::event::TableSchema;
+use crate::event::{ChangeEvent, Operation, TableSchema};
 
 /// Appends the schema of a change event's value (the whole envelope) for
 /// rows of `table`.
@@ -64,6 +64,36 @@ pub(crate) fn write_transaction_value_schema(out: &mut Vec<u8>) {
 #[allow(dead_code)]
 pub(crate) fn write_transaction_key_schema(out: &mut Vec<u8>) {
     envelope::transaction_key().write(out, None);
+}
+
+/// Appends the schema of a logical decoding message's record.
+pub(crate) fn write_message_value_schema(out: &mut Vec<u8>, opts: &DebeziumOptions) {
+    envelope::message_value(opts).write(out, None);
+}
+
+/// Appends the schema of a logical decoding message's key.
+#[allow(dead_code)]
+pub(crate) fn write_message_key_schema(out: &mut Vec<u8>) {
+    envelope::message_key().write(out, None);
+}
+
+/// Appends `event`'s record as the JSON converter writes it with
+/// `schemas.enable = true`: `payload` appends the value, and the schema
+/// is the envelope's of the event's table, the message record's for a
+/// logical decoding message, and `null` for a schema change (which
+/// Debezium's PostgreSQL connector does not emit).
+pub(crate) fn write_event_wrapped(
+    cache: &SchemaCache,
+    event: &ChangeEvent,
+    opts: &DebeziumOptions,
+    out: &mut Vec<u8>,
+    payload: impl FnOnce(&mut Vec<u8>),
+) {
+    match (event.op, event.table.as_ref()) {
+        (Operation::Message, _) => write_wrapped(out, cache.message(opts), payload),
+        (Operation::SchemaChange, _) | (_, None) => write_wrapped(out, b"null", payload),
+        (_, Some(table)) => write_wrapped(out, &cache.get(table, opts).value, payload),
+    }
 }
 
 /// Appends `{"schema":<schema>,"payload":<payload>}`: what the JSON

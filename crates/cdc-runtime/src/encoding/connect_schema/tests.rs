@@ -642,16 +642,52 @@ fn the_encoder_wraps_each_envelope_with_its_schema_when_schemas_are_enabled() {
         ..app()
     }));
     let schema = text(|out| write_value_schema(out, &t, &app()));
+    let message = text(|out| write_message_value_schema(out, &app()));
     for (i, ev) in evs.iter().enumerate() {
         let payload = text(|out| plain.encode_at(ev, now, out));
         let want = match i {
             0 => format!(r#"{{"schema":{schema},"payload":{payload}}}"#),
-            // A message has no table schema.
-            _ => format!(r#"{{"schema":null,"payload":{payload}}}"#),
+            // A message: its record's own schema.
+            _ => format!(r#"{{"schema":{message},"payload":{payload}}}"#),
         };
         assert_eq!(text(|out| wrapping.encode_at(ev, now, out)), want);
         // The run-of-lines encoder writes the same bytes.
         let mut lines = wrapping.lines(now);
         assert_eq!(text(|out| lines.encode_line(ev, out)), format!("{want}\n"));
     }
+}
+
+#[test]
+fn logical_decoding_messages_have_debeziums_message_schema() {
+    let want = format!(
+        r#"{{"type":"struct","fields":[
+            {{"type":"string","optional":false,"field":"op"}},
+            {{"type":"int64","optional":true,"field":"ts_ms"}},
+            {SOURCE}
+            {{"type":"struct","fields":[
+                {{"type":"string","optional":true,"field":"prefix"}},
+                {{"type":"bytes","optional":true,"field":"content"}}
+              ],"optional":false,"name":"io.debezium.connector.postgresql.Message","version":1,"field":"message"}}
+          ],"optional":false,"name":"io.debezium.connector.postgresql.MessageValue","version":1}}"#,
+        // The same `source` block as a table's, up to its end.
+        SOURCE = &SOURCE_TO_END[..SOURCE_TO_END.find(r#""field":"source"},"#).unwrap() + 18]
+    );
+    assert_eq!(
+        text(|out| write_message_value_schema(out, &app())),
+        compact(&want)
+    );
+    // The content follows binary.handling.mode.
+    let hex = DebeziumOptions {
+        binary_handling_mode: BinaryHandlingMode::Hex,
+        ..app()
+    };
+    assert!(text(|out| write_message_value_schema(out, &hex))
+        .contains(r#"{"type":"string","optional":true,"field":"content"}"#));
+    assert_eq!(
+        text(write_message_key_schema),
+        compact(
+            r#"{"type":"struct","fields":[{"type":"string","optional":true,"field":"prefix"}],
+                "optional":false,"name":"io.debezium.connector.postgresql.MessageKey","version":1}"#
+        )
+    );
 }
