@@ -691,3 +691,58 @@ fn logical_decoding_messages_have_debeziums_message_schema() {
         )
     );
 }
+
+fn mode<T: Copy>(choices: &[T], i: usize) -> T {
+    choices[i % choices.len()]
+}
+
+proptest::proptest! {
+    /// Whatever the server sends (type OIDs, type modifiers, names) and
+    /// whatever the modes, the schema is valid JSON, names every column,
+    /// and a column is optional exactly when it is not `NOT NULL`.
+    #[test]
+    fn any_column_gives_a_valid_schema(
+        oid in proptest::prop_oneof![
+            proptest::sample::select(cdc_core::types::SCALARS.to_vec()),
+            proptest::sample::select(cdc_core::types::array_types().collect::<Vec<_>>()),
+            proptest::sample::select(vec![142u32, 600, 790, 1560, 1561, 1562, 3904, 3914]),
+            proptest::prelude::any::<u32>(),
+        ],
+        typmod in proptest::prelude::any::<i32>(),
+        name in ".{0,12}",
+        type_name in proptest::option::of("_?[a-z]{0,8}"),
+        labels in proptest::option::of(proptest::collection::vec(".{0,5}", 0..4)),
+        not_null in proptest::prelude::any::<bool>(),
+        modes in proptest::prelude::any::<[usize; 5]>(),
+    ) {
+        let t = TableSchema {
+            oid: 1,
+            schema: "s".into(),
+            table: "t".into(),
+            columns: vec![ColumnSchema { name: name.as_str().into(), type_oid: oid, type_modifier: typmod, is_key: true }],
+            facts: Default::default(),
+        };
+        t.facts.set(TableFacts { columns: vec![ColumnFacts {
+            not_null,
+            primary_key: false,
+            type_name: type_name.map(|n| n.as_str().into()),
+            enum_labels: labels.map(|l| l.iter().map(|s| Arc::from(s.as_str())).collect()),
+            domain_base_oid: None,
+        }] }).unwrap();
+        let opts = DebeziumOptions {
+            time_precision_mode: mode(&[TimePrecisionMode::Adaptive, TimePrecisionMode::AdaptiveTimeMicroseconds, TimePrecisionMode::Connect], modes[0]),
+            decimal_handling_mode: mode(&[DecimalHandlingMode::Precise, DecimalHandlingMode::String, DecimalHandlingMode::Double], modes[1]),
+            binary_handling_mode: mode(&[BinaryHandlingMode::Bytes, BinaryHandlingMode::Base64, BinaryHandlingMode::Hex], modes[2]),
+            interval_handling_mode: mode(&[IntervalHandlingMode::Numeric, IntervalHandlingMode::String], modes[3]),
+            hstore_handling_mode: mode(&[HstoreHandlingMode::Json, HstoreHandlingMode::Map], modes[4]),
+            ..app()
+        };
+        let json = text(|out| write_value_schema(out, &t, &opts));
+        let schema: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let column = &schema["fields"][1]["fields"][0];
+        proptest::prop_assert_eq!(&column["field"], &serde_json::Value::from(name));
+        proptest::prop_assert_eq!(&column["optional"], &serde_json::Value::from(!not_null));
+        let key = text(|out| write_key_schema(out, &t, &opts));
+        serde_json::from_str::<serde_json::Value>(&key).unwrap();
+    }
+}
