@@ -51,8 +51,8 @@
 //! With [`DebeziumOptions::schemas_enable`] each line is what Kafka
 //! Connect's JSON converter writes with `schemas.enable=true`:
 //! `{"schema":<the envelope's Connect schema>,"payload":<the envelope>}`,
-//! the schema Debezium 2.7's (see `connect_schema/`). Schema changes carry
-//! `"schema":null`.
+//! the schema Debezium 2.7's (see `connect_schema/`); a logical message's
+//! is Debezium's `MessageValue`. Schema changes carry `"schema":null`.
 //!
 //! # Plain form ([`JsonFormat::Plain`])
 //!

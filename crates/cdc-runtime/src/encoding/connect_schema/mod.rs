@@ -15,6 +15,8 @@
 //! * each column's type by its PostgreSQL type and the `*.handling.mode`
 //!   and `time.precision.mode` settings (see `column.rs`), `optional` unless
 //!   the column is `NOT NULL`;
+//! * logical decoding messages: `io.debezium.connector.postgresql.MessageValue`
+//!   and `…MessageKey`;
 //! * BEGIN/END transaction records: `TransactionMetadataKey` and `…Value`.
 //!
 //! Deviations from Debezium:
@@ -22,7 +24,13 @@
 //!   type of their value (see `column.rs`);
 //! * no `default` is declared for a column with a `DEFAULT`: the catalog
 //!   facts do not carry defaults (the `source.snapshot` default is
-//!   declared).
+//!   declared);
+//! * a table without a primary key has a key of its replica identity
+//!   columns, as [`TableSchema::key_columns`] decides (Debezium's key is
+//!   then null);
+//! * an enum array is declared as an array of `Enum` only when the facts
+//!   carry its element's labels (the pipeline looks labels up for enum
+//!   columns only); otherwise as an array of strings.
 //!
 //! [`SchemaCache`] keeps each table's rendered schemas, so an event copies
 //! bytes instead of building them.
