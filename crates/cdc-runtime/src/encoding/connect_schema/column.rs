@@ -65,6 +65,9 @@ const MONEY_FRACTION_DIGITS: i32 = 2;
 /// not know), Debezium drops the column from its events; pgcdc keeps it and
 /// declares the type its value has: a string (the server's text), a number
 /// for `pg_lsn`, an array of the element's schema for arrays.
+///
+/// **Deviation:** an array of enums is an array of optional strings, not
+/// Debezium's array of `Enum`: the facts carry no element labels.
 pub(crate) fn column_schema(
     col: &ColumnSchema,
     facts: Option<&ColumnFacts>,
@@ -176,19 +179,20 @@ impl Column<'_> {
     }
 
     /// Types that have no fixed OID: enums and extension types, recognised
-    /// by the catalog's type name.
+    /// by the catalog's type name (`_name` for an array of `name`).
     fn by_name(&self, opts: &DebeziumOptions) -> Schema {
+        // Labels are the facts of an enum column (the catalog lookup gives
+        // them for `typtype = 'e'` only, so never for an array of enums,
+        // which Debezium would declare as an array of required Enums).
+        if let Some(labels) = self.enum_labels {
+            let joined = labels.iter().map(|l| &**l).collect::<Vec<&str>>().join(",");
+            return Schema::logical(Kind::String, "io.debezium.data.Enum").param("allowed", joined);
+        }
         let name = self.type_name.unwrap_or("");
         let (element, is_array) = match name.strip_prefix('_') {
             Some(element) => (element, true),
             None => (name, false),
         };
-        if let Some(labels) = self.enum_labels {
-            let joined = labels.iter().map(|l| &**l).collect::<Vec<&str>>().join(",");
-            let e = Schema::logical(Kind::String, "io.debezium.data.Enum").param("allowed", joined);
-            // Debezium declares an enum array's elements required.
-            return if is_array { Schema::array(e) } else { e };
-        }
         let scalar = match element {
             "hstore" => hstore(opts.hstore_handling_mode),
             "ltree" => Schema::logical(Kind::String, "io.debezium.data.Ltree"),

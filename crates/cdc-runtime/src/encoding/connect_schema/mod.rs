@@ -28,9 +28,8 @@
 //! * a table without a primary key has a key of its replica identity
 //!   columns, as [`TableSchema::key_columns`] decides (Debezium's key is
 //!   then null);
-//! * an enum array is declared as an array of `Enum` only when the facts
-//!   carry its element's labels (the pipeline looks labels up for enum
-//!   columns only); otherwise as an array of strings.
+//! * an enum array is declared as an array of strings: the facts carry
+//!   labels for enum columns only (Debezium: an array of `Enum`).
 //!
 //! [`SchemaCache`] keeps each table's rendered schemas, so an event copies
 //! bytes instead of building them.

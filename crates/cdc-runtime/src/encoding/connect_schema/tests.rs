@@ -419,6 +419,7 @@ fn other_types_map_as_debezium_maps_them() {
         ("l", 16_600, -1, false, false, "ltree"),
         ("ci", 16_601, -1, false, false, "citext"),
         ("moods", MOOD_OID + 1, -1, false, false, "_mood"),
+        ("odd", MOOD_OID + 2, -1, false, false, "_odd"),
         (
             "nums",
             types::NUMERIC_ARRAY,
@@ -437,9 +438,10 @@ fn other_types_map_as_debezium_maps_them() {
         ),
     ];
     let mut t = TableSchema::clone(&table("misc", cols, true));
-    // The enum array's facts carry its element's labels.
+    // An enum whose name starts like an array type's: its labels say it
+    // is an enum.
     let mut facts = t.facts.get().unwrap().clone();
-    facts.columns[10].enum_labels = Some(["a", "b"].map(Arc::from).into());
+    facts.columns[11].enum_labels = Some(["a", "b"].map(Arc::from).into());
     t.facts = Default::default();
     t.facts.set(facts).unwrap();
     let opts = app();
@@ -471,7 +473,12 @@ fn other_types_map_as_debezium_maps_them() {
         ("ci", r#"{"type":"string","optional":true,"field":"ci"}"#),
         (
             "moods",
-            r#"{"type":"array","items":{"type":"string","optional":false,"name":"io.debezium.data.Enum","version":1,"parameters":{"allowed":"a,b"}},"optional":true,"field":"moods"}"#,
+            // Without its element's labels (see `column_schema`).
+            r#"{"type":"array","items":{"type":"string","optional":true},"optional":true,"field":"moods"}"#,
+        ),
+        (
+            "odd",
+            r#"{"type":"string","optional":true,"name":"io.debezium.data.Enum","version":1,"parameters":{"allowed":"a,b"},"field":"odd"}"#,
         ),
         (
             "nums",
