@@ -48,6 +48,12 @@
 //!   - arrays: JSON arrays (nested for several dimensions).
 //!   - an unchanged TOAST column: `"__debezium_unavailable_value"` (never null).
 //!
+//! With [`DebeziumOptions::schemas_enable`] each line is what Kafka
+//! Connect's JSON converter writes with `schemas.enable=true`:
+//! `{"schema":<the envelope's Connect schema>,"payload":<the envelope>}`,
+//! the schema Debezium 2.7's (see `connect_schema/`); a logical message's
+//! is Debezium's `MessageValue`. Schema changes carry `"schema":null`.
+//!
 //! # Plain form ([`JsonFormat::Plain`])
 //!
 //! ```json
@@ -62,6 +68,7 @@
 //! out of the row object and listed by name in `unchanged_toast`. A message
 //! event has `"message":{"transactional":…,"prefix":…,"content":<base64>}`.
 
+mod connect_schema;
 mod json;
 mod options;
 mod schema;
@@ -111,6 +118,8 @@ pub struct JsonEncoder {
     /// The Debezium `source` block up to its `ts_ms` value, the same for
     /// every event: written once here instead of escaped for each event.
     source_head: Vec<u8>,
+    /// The Kafka Connect schemas of the tables seen (`schemas.enable`).
+    schemas: connect_schema::SchemaCache,
 }
 
 impl JsonEncoder {
@@ -127,6 +136,7 @@ impl JsonEncoder {
         JsonEncoder {
             format,
             source_head,
+            schemas: Default::default(),
         }
     }
 
@@ -211,6 +221,18 @@ impl JsonEncoder {
     /// top-level `ts_ms`) given, for reproducible output.
     pub fn encode_at(&self, event: &ChangeEvent, now_ms: i64, out: &mut Vec<u8>) {
         match &self.format {
+            JsonFormat::Debezium(opts) if opts.schemas_enable => {
+                connect_schema::write_event_wrapped(&self.schemas, event, opts, out, |out| {
+                    self.encode_payload(event, now_ms, out)
+                });
+            }
+            _ => self.encode_payload(event, now_ms, out),
+        }
+    }
+
+    /// [`encode_at`](Self::encode_at) without the Kafka Connect wrapper.
+    fn encode_payload(&self, event: &ChangeEvent, now_ms: i64, out: &mut Vec<u8>) {
+        match &self.format {
             JsonFormat::Debezium(_) if event.op == Operation::SchemaChange => {
                 schema::debezium_schema_change(event, &self.source_head, now_ms, out);
             }
@@ -241,12 +263,20 @@ impl LineEncoder<'_> {
             return;
         }
         match (&self.encoder.format, event.table.as_ref()) {
-            (JsonFormat::Debezium(_), Some(table))
+            (JsonFormat::Debezium(opts), Some(table))
                 if !matches!(event.op, Operation::Message | Operation::SchemaChange) =>
             {
                 self.envelope
                     .prepare(event, table, &self.encoder.source_head, self.now_ms);
-                self.envelope.write(event, out);
+                if opts.schemas_enable {
+                    let envelope = &self.envelope;
+                    let schemas = &self.encoder.schemas;
+                    connect_schema::write_event_wrapped(schemas, event, opts, out, |out| {
+                        envelope.write(event, out)
+                    });
+                } else {
+                    self.envelope.write(event, out);
+                }
             }
             _ => self.encoder.encode_at(event, self.now_ms, out),
         }
