@@ -30,6 +30,10 @@
 //! | `money` whose text cannot be parsed | the connector stops | `null` |
 //! | NOT NULL column missing from a `before` | the column's `DEFAULT` if Debezium could parse it, else the type's default | always the type's default |
 //! | multi-dimensional arrays | flattened by the JDBC driver | nested JSON arrays |
+//! | PostGIS `geometry`/`geography` | `{"wkb":…,"srid":…}` | the server's text (hex EWKB) |
+//! | pgvector `vector`, `halfvec`, `sparsevec` | arrays / a struct (newer connectors) | the server's text |
+//! | a domain with a type modifier (`numeric(8,2)` domain) | the domain's precision and scale | the column's `atttypmod` (-1 for a domain column: `numeric` domains are `VariableScaleDecimal`) |
+//! | `money` under `decimal.handling.mode=string` | `toPlainString` of the parsed amount | the same; older connectors went through a `double` |
 
 use std::sync::Arc;
 
