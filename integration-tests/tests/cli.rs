@@ -85,6 +85,9 @@ publication = {publication:?}
 batch_size = 200
 status_interval_secs = 1
 
+[debezium]
+"decimal.handling.mode" = "string"
+
 [[sinks]]
 type = "file"
 path = {out:?}
@@ -241,34 +244,39 @@ const COLUMNS: &str = r#"
     big text
 "#;
 
-/// The Debezium JSON of each column, computed by the server from the table
-/// (see the value mapping in `cdc_runtime::encoding`): an independent
-/// derivation to compare the file sink with.
+/// The Debezium JSON of each column (`decimal.handling.mode=string`, the
+/// other modes Debezium's defaults), computed by the server from the table:
+/// an independent derivation to compare the file sink with. Infinite dates
+/// and timestamps are the JDBC driver's sentinels, `interval` is Debezium's
+/// `MicroDuration` arithmetic in doubles.
 const DEBEZIUM_ROW: &str = r#"json_build_object(
     'id', id, 'i2', i2, 'i4', i4, 'i8', i8, 'o', o::int8,
-    'num', num::text, 'num_s', num_s::text,
+    'num', CASE WHEN num = 'NaN' THEN 'NAN' ELSE num::text END, 'num_s', num_s::text,
     'f4', f4, 'f8', f8,
     'txt', txt, 'vc', vc, 'bp', bp, 'ch', ch::text,
     'bin', translate(encode(bin, 'base64'), E'\n', ''), 'flag', flag,
-    'd', CASE WHEN isfinite(d) THEN to_json(d - date '1970-01-01') ELSE to_json(d::text) END,
+    'd', CASE WHEN isfinite(d) THEN d - date '1970-01-01'
+              WHEN d > '2000-01-01' THEN -2147472692 WHEN d < '2000-01-01' THEN -2147472691 END,
     't', (extract(epoch FROM t) * 1000000)::int8,
     't3', floor(extract(epoch FROM t3) * 1000)::int8,
     'ttz', ((ttz AT TIME ZONE 'UTC')::time)::text || 'Z',
-    'ts', CASE WHEN isfinite(ts) THEN to_json((extract(epoch FROM ts) * 1000000)::int8)
-               ELSE to_json(ts::text) END,
-    'ts3', CASE WHEN isfinite(ts3) THEN to_json(floor(extract(epoch FROM ts3) * 1000)::int8)
-                ELSE to_json(ts3::text) END,
+    'ts', CASE WHEN isfinite(ts) THEN (extract(epoch FROM ts) * 1000000)::int8
+               WHEN ts > 'epoch' THEN 9223372036825200000
+               WHEN ts < 'epoch' THEN -9223372036832400000 END,
+    'ts3', CASE WHEN isfinite(ts3) THEN floor(extract(epoch FROM ts3) * 1000)::int8
+                WHEN ts3 > 'epoch' THEN 9223372036825200
+                WHEN ts3 < 'epoch' THEN -9223372036832400 END,
     'tstz', CASE WHEN isfinite(tstz)
-                 THEN to_json(replace((tstz AT TIME ZONE 'UTC')::text, ' ', 'T') || 'Z')
+                 THEN to_json(to_char(tstz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
                  ELSE to_json(tstz::text) END,
-    'iv', trunc((extract(year FROM iv) * 12 + extract(month FROM iv))::float8
-                * 30.4375::float8 * 86400000000::float8)::int8
-          + (extract(day FROM iv) * 86400000000 + extract(hour FROM iv) * 3600000000
-             + extract(minute FROM iv) * 60000000 + extract(microseconds FROM iv))::int8,
+    'iv', trunc((((((extract(year FROM iv) * 12 + extract(month FROM iv))::float8
+                   * 30.4375::float8 + extract(day FROM iv)::float8) * 24
+                  + extract(hour FROM iv)::float8) * 60 + extract(minute FROM iv)::float8) * 60
+                + extract(second FROM iv)::float8) * 1000000::float8)::int8,
     'u', u, 'j', j::text, 'jb', jb::text,
     'ip', ip::text, 'mac', mac::text, 'lsn', (lsn - '0/0'::pg_lsn)::int8,
     'm8', m8::text, 'net', net::text, 'mood', mood::text, 'nm', nm,
-    'ai', ai, 'atxt', atxt, 'a2', a2, 'anum', anum::text[],
+    'ai', ai, 'atxt', atxt, 'a2', a2, 'anum', replace(anum::text, 'NaN', 'NAN')::text[],
     'big', big)"#;
 
 /// Row values (after the id) for the inserts.
@@ -517,10 +525,15 @@ async fn run_streams_every_change_and_value_type_to_the_file_sink() {
         let r = replay(&lines, table, "id", full);
         let ops: Vec<(&str, usize)> = r.ops.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         assert_eq!(ops, [("c", 5), ("d", 1), ("u", 4)], "{table}");
-        assert!(
-            r.unchanged_toast >= 1,
-            "{table}: no unchanged TOAST value seen"
-        );
+        if full {
+            // The old row carries the TOASTed value, which fills the new one.
+            assert_eq!(r.unchanged_toast, 0, "{table}: a placeholder under FULL");
+        } else {
+            assert!(
+                r.unchanged_toast >= 1,
+                "{table}: no unchanged TOAST value seen"
+            );
+        }
         let expected = table_state(&client, table).await;
         assert_eq!(r.rows.len(), expected.len(), "{table}");
         for (id, row) in &expected {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cdc_core::{types, Decoder, Lsn, ProtocolVersion, TxnAssembler, Value};
-use cdc_runtime::encoding::{DebeziumOptions, JsonEncoder, JsonFormat};
+use cdc_runtime::encoding::{DebeziumOptions, DecimalHandlingMode, JsonEncoder, JsonFormat};
 use cdc_runtime::event::{
     ChangeEvent, ColumnSchema, EventConverter, Operation, Row, SourceInfo, TableSchema,
 };
@@ -478,8 +478,8 @@ async fn source_state(client: &Client) -> BTreeMap<String, BTreeMap<String, Json
     tables
 }
 
-/// Our Debezium `seen` is a ZonedTimestamp with trimmed fraction; normalise
-/// both sides to 6 fraction digits for comparison.
+/// Our Debezium `seen` is a ZonedTimestamp (6 fraction digits, `Z`);
+/// normalise both sides to 6 fraction digits without the zone.
 fn normalise(tables: &mut BTreeMap<String, BTreeMap<String, Json>>) {
     for rows in tables.values_mut() {
         for row in rows.values_mut() {
@@ -548,7 +548,11 @@ async fn end_to_end_from_a_real_slot_through_file_and_table_sinks() {
         // File sink, Debezium format, tiny files so rotation happens.
         let dir = TempDir::new(slot);
         let base = dir.0.join("cdc.jsonl");
-        let encoder = JsonEncoder::new(JsonFormat::Debezium(DebeziumOptions::default()));
+        // `price::text` on the other side: numeric as Debezium's string mode.
+        let encoder = JsonEncoder::new(JsonFormat::Debezium(DebeziumOptions {
+            decimal_handling_mode: DecimalHandlingMode::String,
+            ..DebeziumOptions::default()
+        }));
         let mut file = FileSink::open(
             FileSinkOptions {
                 path: base.clone(),

@@ -29,24 +29,14 @@
 //!   as decimal strings. **Deviation:** Debezium puts the commit LSN of the
 //!   *previous* transaction first; we put this transaction's commit LSN, which
 //!   together with the event LSN still orders events.
-//! * Values (defaults `decimal.handling.mode`, `binary.handling.mode=bytes`,
-//!   `time.precision.mode=adaptive`, `interval.handling.mode=numeric`):
-//!   - `int2/int4/int8/oid`: JSON numbers; `bool`: true/false.
-//!   - `float4/float8`: numbers; NaN and infinities as the strings `"NaN"`,
-//!     `"Infinity"`, `"-Infinity"`.
-//!   - `numeric`: **a string** with every digit (`"12.50"`), as Debezium's
-//!     `decimal.handling.mode=string`; its default `precise` mode (base64 of a
-//!     big-endian unscaled integer) is not implemented. Precision is never lost.
-//!   - `bytea`: base64 string. `json`/`jsonb`/`uuid`/`inet`/`cidr`/`macaddr`,
-//!     enums and unknown types: strings. `pg_lsn`: a number.
-//!   - `date`: days since 1970-01-01. `time(p)`/`timestamp(p)`: milliseconds
-//!     if p <= 3, else microseconds (since midnight / since the Unix epoch).
-//!     `timestamptz`: ISO string in UTC (`2024-01-15T04:05:06.5Z`); `timetz`:
-//!     UTC time string (`04:05:06Z`). `interval`: microseconds with a month of
-//!     365.25/12 days. `infinity`/`-infinity` dates and timestamps (which
-//!     Debezium maps to sentinel numbers) are written as those strings.
-//!   - arrays: JSON arrays (nested for several dimensions).
-//!   - an unchanged TOAST column: `"__debezium_unavailable_value"` (never null).
+//! * Values: as the Debezium PostgreSQL connector (2.7) writes them in every
+//!   `decimal.handling.mode`, `binary.handling.mode`, `time.precision.mode`,
+//!   `interval.handling.mode` and `hstore.handling.mode` (see
+//!   [`DebeziumOptions`]); the per-type rules and the deliberate differences
+//!   are in the `value` module's docs. An unchanged TOAST column is the
+//!   `unavailable.value.placeholder`, typed per column (never null); the
+//!   `NOT NULL` columns a `before` does not carry (replica identity not
+//!   `FULL`) get their type's default, as Debezium's required fields do.
 //!
 //! With [`DebeziumOptions::schemas_enable`] each line is what Kafka
 //! Connect's JSON converter writes with `schemas.enable=true`:
@@ -62,8 +52,12 @@
 //!  "before":null,"after":{"id":1},"unchanged_toast":["doc"]}
 //! ```
 //!
-//! Values as above except dates and times, which are ISO 8601 strings
-//! (`2024-01-15`, `04:05:06.5`, `2024-01-15T04:05:06.5`, `…+00:00`, intervals as
+//! Values: `bool` true/false; integers and floats as numbers (NaN and the
+//! infinities as the strings `"NaN"`, `"Infinity"`, `"-Infinity"`);
+//! `numeric` as a string with every digit; `bytea` base64; text, json,
+//! uuid, network addresses, enums and unknown types as strings; arrays as
+//! JSON arrays; dates and times as ISO 8601 strings (`2024-01-15`,
+//! `04:05:06.5`, `2024-01-15T04:05:06.5`, `…+00:00`, intervals as
 //! `P1Y2M3DT4H5M6S`), and `pg_lsn` as `X/Y`. Unchanged TOAST columns are left
 //! out of the row object and listed by name in `unchanged_toast`. A message
 //! event has `"message":{"transactional":…,"prefix":…,"content":<base64>}`.
@@ -87,7 +81,7 @@ pub use options::{
     VERSION,
 };
 pub use value::UNAVAILABLE_VALUE;
-use value::{write_cell, write_cell_as, Temporal, TextKind};
+use value::{write_cell, write_debezium_row, RowKeys, RowRole, ValueStyle};
 
 /// Which JSON shape to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,7 +230,7 @@ impl JsonEncoder {
             JsonFormat::Debezium(_) if event.op == Operation::SchemaChange => {
                 schema::debezium_schema_change(event, &self.source_head, now_ms, out);
             }
-            JsonFormat::Debezium(_) => debezium(event, &self.source_head, now_ms, out),
+            JsonFormat::Debezium(opts) => debezium(event, opts, &self.source_head, now_ms, out),
             JsonFormat::Plain => plain(event, out),
         }
     }
@@ -272,10 +266,10 @@ impl LineEncoder<'_> {
                     let envelope = &self.envelope;
                     let schemas = &self.encoder.schemas;
                     connect_schema::write_event_wrapped(schemas, event, opts, out, |out| {
-                        envelope.write(event, out)
+                        envelope.write(event, opts, out)
                     });
                 } else {
-                    self.envelope.write(event, out);
+                    self.envelope.write(event, opts, out);
                 }
             }
             _ => self.encoder.encode_at(event, self.now_ms, out),
@@ -320,12 +314,8 @@ struct Envelope {
     middle: Vec<u8>,
     /// `,"xmin":null},"op":…,"ts_ms":<now>,"transaction":{"id":"…","total_order":`
     tail: Vec<u8>,
-    /// `{"<column>":` for the first column and `,"<column>":` for every
-    /// other, one after the other; `key_ends[i]` is where column `i`'s ends.
-    keys: Vec<u8>,
-    key_ends: Vec<usize>,
-    /// How each column's text is written.
-    kinds: Vec<TextKind>,
+    /// The column keys of the table's rows.
+    keys: RowKeys,
 }
 
 impl Envelope {
@@ -346,16 +336,7 @@ impl Envelope {
             .as_ref()
             .is_some_and(|k| Arc::ptr_eq(&k.table, table));
         if !same_table {
-            self.keys.clear();
-            self.key_ends.clear();
-            self.kinds.clear();
-            for (i, col) in table.columns.iter().enumerate() {
-                self.keys.push(if i == 0 { b'{' } else { b',' });
-                write_str(&mut self.keys, &col.name);
-                self.keys.push(b':');
-                self.key_ends.push(self.keys.len());
-                self.kinds.push(TextKind::of(col.type_oid));
-            }
+            self.keys = RowKeys::new(table);
         }
         self.head.clear();
         source_to_sequence(&mut self.head, source_head, ev, now_ms);
@@ -377,12 +358,12 @@ impl Envelope {
 
     /// Writes `ev` (a row event of the table [`prepare`](Self::prepare) saw)
     /// as [`debezium`] would.
-    fn write(&self, ev: &ChangeEvent, out: &mut Vec<u8>) {
+    fn write(&self, ev: &ChangeEvent, opts: &DebeziumOptions, out: &mut Vec<u8>) {
         let lsn = ev.source.lsn.as_u64();
         out.extend_from_slice(b"{\"before\":");
-        self.write_row(out, ev.before.as_ref());
+        self.write_row(out, ev.before.as_ref(), RowRole::Before, opts);
         out.extend_from_slice(b",\"after\":");
-        self.write_row(out, ev.after.as_ref());
+        self.write_row(out, ev.after.as_ref(), RowRole::After, opts);
         out.push(b',');
         out.extend_from_slice(&self.head);
         let lsn_at = out.len();
@@ -396,31 +377,18 @@ impl Envelope {
         out.extend_from_slice(b"}}");
     }
 
-    /// [`write_row`] with the column names rendered already.
-    fn write_row(&self, out: &mut Vec<u8>, row: Option<&Row>) {
-        let (Some(row), Some(table)) = (row, &self.key) else {
-            out.extend_from_slice(b"null");
-            return;
-        };
-        let mut start = 0;
-        for (((col, cell), &end), &kind) in table
-            .table
-            .columns
-            .iter()
-            .zip(row.cells())
-            .zip(&self.key_ends)
-            .zip(&self.kinds)
-        {
-            // The key with the `{` or `,` before it.
-            out.extend_from_slice(self.keys.get(start..end).unwrap_or_default());
-            start = end;
-            write_cell_as(out, col, kind, cell, Temporal::DebeziumAdaptive);
+    /// [`write_debezium_row`] with the column names rendered already.
+    fn write_row(
+        &self,
+        out: &mut Vec<u8>,
+        row: Option<&Row>,
+        role: RowRole,
+        opts: &DebeziumOptions,
+    ) {
+        match &self.key {
+            Some(key) => write_debezium_row(out, &key.table, row, role, opts, Some(&self.keys)),
+            None => out.extend_from_slice(b"null"),
         }
-        if start == 0 {
-            // No column: the `{` of the first key was not written.
-            out.push(b'{');
-        }
-        out.push(b'}');
     }
 }
 
@@ -434,15 +402,9 @@ fn pg_time_ms(t: PgTimestamp) -> Option<i64> {
     t.to_unix_micros().map(|m| m.div_euclid(1000))
 }
 
-/// A row object `{"col":value,…}`; with `skip_toast`, unchanged TOAST columns
-/// are left out.
-fn write_row(
-    out: &mut Vec<u8>,
-    table: Option<&TableSchema>,
-    row: Option<&Row>,
-    mode: Temporal,
-    skip_toast: bool,
-) {
+/// A plain row object `{"col":value,…}`; with `skip_toast`, unchanged TOAST
+/// columns are left out.
+fn write_row(out: &mut Vec<u8>, table: Option<&TableSchema>, row: Option<&Row>, skip_toast: bool) {
     let (Some(table), Some(row)) = (table, row) else {
         out.extend_from_slice(b"null");
         return;
@@ -459,7 +421,7 @@ fn write_row(
         first = false;
         write_str(out, &col.name);
         out.push(b':');
-        write_cell(out, col, cell, mode);
+        write_cell(out, col, None, cell, ValueStyle::Plain);
     }
     out.push(b'}');
 }
@@ -471,15 +433,24 @@ fn is_unchanged_toast(cell: Cell<'_>) -> bool {
     )
 }
 
-fn debezium(ev: &ChangeEvent, source_head: &[u8], now_ms: i64, out: &mut Vec<u8>) {
+fn debezium(
+    ev: &ChangeEvent,
+    opts: &DebeziumOptions,
+    source_head: &[u8],
+    now_ms: i64,
+    out: &mut Vec<u8>,
+) {
     let table = ev.table.as_deref();
-    let mode = Temporal::DebeziumAdaptive;
     out.push(b'{');
     if ev.op != Operation::Message {
+        let write = |out: &mut Vec<u8>, r: Option<&Row>, role: RowRole| match table {
+            Some(t) => write_debezium_row(out, t, r, role, opts, None),
+            None => out.extend_from_slice(b"null"),
+        };
         out.extend_from_slice(b"\"before\":");
-        write_row(out, table, ev.before.as_ref(), mode, false);
+        write(out, ev.before.as_ref(), RowRole::Before);
         out.extend_from_slice(b",\"after\":");
-        write_row(out, table, ev.after.as_ref(), mode, false);
+        write(out, ev.after.as_ref(), RowRole::After);
         out.push(b',');
     }
     let s = &ev.source;
@@ -566,7 +537,6 @@ fn transaction_to_total_order(out: &mut Vec<u8>, s: &SourceInfo) {
 
 fn plain(ev: &ChangeEvent, out: &mut Vec<u8>) {
     let table = ev.table.as_deref();
-    let mode = Temporal::Iso;
     let s = &ev.source;
     out.extend_from_slice(b"{\"op\":");
     write_str(out, ev.op.name());
@@ -591,9 +561,9 @@ fn plain(ev: &ChangeEvent, out: &mut Vec<u8>) {
     out.extend_from_slice(b",\"index\":");
     write_int(out, ev.index);
     out.extend_from_slice(b",\"before\":");
-    write_row(out, table, ev.before.as_ref(), mode, true);
+    write_row(out, table, ev.before.as_ref(), true);
     out.extend_from_slice(b",\"after\":");
-    write_row(out, table, ev.after.as_ref(), mode, true);
+    write_row(out, table, ev.after.as_ref(), true);
     if let (Some(table), Some(after)) = (table, ev.after.as_ref()) {
         let mut toast = table
             .columns

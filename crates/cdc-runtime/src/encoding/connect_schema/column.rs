@@ -212,11 +212,14 @@ impl Column<'_> {
 
 /// `bit(n)`/`varbit(n)`: Debezium's `Bits` when longer than one bit, else a
 /// boolean. (Debezium declares `bit(n)[]` the same way, not as an array.)
+/// A `varbit` without a length is `Bits` too, as its value is (see
+/// `value/bits.rs`), with the largest length.
 fn bits(typmod: i32) -> Schema {
-    if typmod > 1 {
-        Schema::logical(Kind::Bytes, "io.debezium.data.Bits").param("length", typmod.to_string())
-    } else {
+    if crate::encoding::value::is_bits_boolean(typmod) {
         Schema::boolean()
+    } else {
+        let length = if typmod > 1 { typmod } else { i32::MAX };
+        Schema::logical(Kind::Bytes, "io.debezium.data.Bits").param("length", length.to_string())
     }
 }
 

@@ -1,0 +1,424 @@
+//! Dates, times and intervals as Debezium writes them.
+//!
+//! `time.precision.mode`:
+//!
+//! | type | `adaptive` | `adaptive_time_microseconds` | `connect` |
+//! |---|---|---|---|
+//! | `date` | days since 1970-01-01 | days | Connect `Date`: ms since the epoch |
+//! | `time(0..3)` | ms since midnight | µs | Connect `Time`: ms |
+//! | `time(4..6)`, `time` | µs | µs | ms |
+//! | `timestamp(0..3)` | ms since the epoch | ms | ms |
+//! | `timestamp(4..6)`, `timestamp` | µs | µs | ms |
+//! | `timestamptz` | `ZonedTimestamp` | same | same |
+//! | `timetz` | `ZonedTime` | same | same |
+//!
+//! Sub-unit digits are dropped towards negative infinity (Java's
+//! `Instant.toEpochMilli`). `ZonedTimestamp` is ISO 8601 in UTC with the
+//! fraction written out to the column's precision (`timestamptz` alone: 6,
+//! `2024-01-15T04:05:06.000000Z`; `timestamptz(0)`: none); `ZonedTime` is
+//! `HH:MM:SS[.fraction]Z` in UTC with trailing zeros trimmed.
+//!
+//! Infinities (the sentinels of the PostgreSQL JDBC driver): `timestamp`
+//! `infinity` is 9223372036825200000 µs (9223372036825200 ms),
+//! `-infinity` -9223372036832400000 µs; `date` `infinity` is the epoch day
+//! of -5877611-06-21 (-2147472692) and `-infinity` of -5877611-06-22
+//! (-2147472691), as Debezium maps them; `timestamptz` infinities are the
+//! strings `"infinity"` and `"-infinity"`.
+//!
+//! `interval.handling.mode`: `numeric` is `io.debezium.time.MicroDuration`,
+//! computed as Debezium does in doubles with a month of 365.25/12 days and
+//! truncated; `string` is `io.debezium.time.Interval`,
+//! `P<y>Y<m>M<d>DT<h>H<m>M<s>S` with every field (`P0Y0M0DT0H0M0S`) and the
+//! seconds' trailing zeros stripped. **Deviation:** PostgreSQL 17's infinite
+//! intervals (which Debezium cannot read) are `"infinity"`/`"-infinity"`.
+
+use std::fmt;
+
+use cdc_core::{Date, Infinitable, Interval, Time, TimeTz, Timestamp, TimestampTz};
+
+use super::super::json::{write_display_str, write_int, write_str};
+use crate::encoding::{IntervalHandlingMode, TimePrecisionMode};
+
+const MICROS_PER_DAY: i64 = 86_400_000_000;
+const MILLIS_PER_DAY: i64 = 86_400_000;
+/// `PGStatement.DATE_POSITIVE_INFINITY`, read as microseconds.
+pub(crate) const TIMESTAMP_INFINITY_MICROS: i64 = 9_223_372_036_825_200_000;
+/// `PGStatement.DATE_NEGATIVE_INFINITY`, read as microseconds.
+pub(crate) const TIMESTAMP_NEG_INFINITY_MICROS: i64 = -9_223_372_036_832_400_000;
+/// The epoch day of -5877611-06-21, Debezium's `date` `infinity`.
+pub(crate) const DATE_INFINITY_DAYS: i64 = -2_147_472_692;
+/// The epoch day of -5877611-06-22, Debezium's `date` `-infinity`.
+pub(crate) const DATE_NEG_INFINITY_DAYS: i64 = -2_147_472_691;
+/// `MicroDuration.DAYS_PER_MONTH_AVG`.
+const DAYS_PER_MONTH_AVG: f64 = 365.25 / 12.0;
+
+/// Whether a `time(p)`/`timestamp(p)` of type modifier `typmod` has at most
+/// millisecond precision (no modifier means 6).
+fn millis_precision(typmod: i32) -> bool {
+    (0..=3).contains(&typmod)
+}
+
+/// `date`.
+pub(crate) fn write_date(out: &mut Vec<u8>, d: &Infinitable<Date>, mode: TimePrecisionMode) {
+    let days = match d {
+        Infinitable::Finite(d) => d.days_since_unix_epoch(),
+        Infinitable::Infinity => DATE_INFINITY_DAYS,
+        Infinitable::NegInfinity => DATE_NEG_INFINITY_DAYS,
+    };
+    match mode {
+        TimePrecisionMode::Connect => write_int(out, days.saturating_mul(MILLIS_PER_DAY)),
+        _ => write_int(out, days),
+    }
+}
+
+/// `time` of type modifier `typmod`.
+pub(crate) fn write_time(out: &mut Vec<u8>, t: Time, typmod: i32, mode: TimePrecisionMode) {
+    let micros = t.micros();
+    let millis = match mode {
+        TimePrecisionMode::Adaptive => millis_precision(typmod),
+        TimePrecisionMode::AdaptiveTimeMicroseconds => false,
+        TimePrecisionMode::Connect => true,
+    };
+    write_int(
+        out,
+        if millis {
+            micros.div_euclid(1000)
+        } else {
+            micros
+        },
+    );
+}
+
+/// `timestamp` of type modifier `typmod`.
+pub(crate) fn write_timestamp(
+    out: &mut Vec<u8>,
+    ts: &Infinitable<Timestamp>,
+    typmod: i32,
+    mode: TimePrecisionMode,
+) {
+    let micros = match ts {
+        Infinitable::Finite(ts) => match ts.micros_since_unix_epoch() {
+            Some(m) => m,
+            // Out of range for the epoch arithmetic: as text, not lost.
+            None => return write_display_str(out, ts.json_text()),
+        },
+        Infinitable::Infinity => TIMESTAMP_INFINITY_MICROS,
+        Infinitable::NegInfinity => TIMESTAMP_NEG_INFINITY_MICROS,
+    };
+    let millis = match mode {
+        TimePrecisionMode::Connect => true,
+        _ => millis_precision(typmod),
+    };
+    write_int(
+        out,
+        if millis {
+            micros.div_euclid(1000)
+        } else {
+            micros
+        },
+    );
+}
+
+/// `timestamptz` of type modifier `typmod`: `ZonedTimestamp`.
+pub(crate) fn write_timestamptz(out: &mut Vec<u8>, ts: &Infinitable<TimestampTz>, typmod: i32) {
+    match ts {
+        Infinitable::Finite(ts) => write_display_str(
+            out,
+            ZonedTimestamp {
+                ts: *ts,
+                width: fraction_width(typmod),
+            },
+        ),
+        Infinitable::Infinity => write_str(out, "infinity"),
+        Infinitable::NegInfinity => write_str(out, "-infinity"),
+    }
+}
+
+/// The fraction digits of a `timestamptz(p)`: p, or 6 without a modifier.
+fn fraction_width(typmod: i32) -> usize {
+    usize::try_from(typmod)
+        .ok()
+        .filter(|p| *p <= 6)
+        .unwrap_or(6)
+}
+
+/// `timetz`: `ZonedTime`.
+pub(crate) fn write_timetz(out: &mut Vec<u8>, t: TimeTz) {
+    write_display_str(out, ZonedTime(t));
+}
+
+/// `interval` per `interval.handling.mode`.
+pub(crate) fn write_interval(out: &mut Vec<u8>, iv: Interval, mode: IntervalHandlingMode) {
+    if iv == Interval::INFINITY || iv == Interval::NEG_INFINITY {
+        return write_display_str(out, iv);
+    }
+    let f = Fields::of(iv);
+    match mode {
+        IntervalHandlingMode::Numeric => write_int(out, f.micro_duration()),
+        IntervalHandlingMode::String => write_display_str(out, f),
+    }
+}
+
+/// An interval as the PostgreSQL JDBC driver's `PGInterval` splits the
+/// server's text: years and months, days, and hours, minutes and seconds
+/// each carrying the sign of the time part.
+#[derive(Debug, Clone, Copy)]
+struct Fields {
+    years: i64,
+    months: i64,
+    days: i64,
+    hours: i64,
+    minutes: i64,
+    /// Seconds with the fraction, in microseconds.
+    second_micros: i64,
+}
+
+impl Fields {
+    fn of(iv: Interval) -> Fields {
+        let months = i64::from(iv.months);
+        let t = iv.micros;
+        Fields {
+            years: months / 12,
+            months: months % 12,
+            days: i64::from(iv.days),
+            hours: t / 3_600_000_000,
+            minutes: t % 3_600_000_000 / 60_000_000,
+            second_micros: t % 60_000_000,
+        }
+    }
+
+    /// `MicroDuration.durationMicros`: doubles, then `(long)`.
+    fn micro_duration(self) -> i64 {
+        let seconds = self.second_micros as f64 / 1e6;
+        let days = (self.years * 12 + self.months) as f64 * DAYS_PER_MONTH_AVG + self.days as f64;
+        let total =
+            ((days * 24.0 + self.hours as f64) * 60.0 + self.minutes as f64) * 60.0 + seconds;
+        // `as` truncates and saturates like Java's `(long)`.
+        (total * 1e6) as i64
+    }
+}
+
+/// `io.debezium.time.Interval.toIsoString`.
+impl fmt::Display for Fields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "P{}Y{}M{}DT{}H{}M",
+            self.years, self.months, self.days, self.hours, self.minutes
+        )?;
+        let s = self.second_micros;
+        if s < 0 {
+            f.write_str("-")?;
+        }
+        let (whole, frac) = (s.unsigned_abs() / 1_000_000, s.unsigned_abs() % 1_000_000);
+        write!(f, "{whole}")?;
+        if frac != 0 {
+            let digits = format!("{frac:06}");
+            write!(f, ".{}", digits.trim_end_matches('0'))?;
+        }
+        f.write_str("S")
+    }
+}
+
+/// Debezium `ZonedTime`: the UTC time, `HH:MM:SS[.fraction]Z`.
+struct ZonedTime(TimeTz);
+
+impl fmt::Display for ZonedTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let micros = self.0.time().micros() - i64::from(self.0.utc_offset_seconds()) * 1_000_000;
+        // 24:00:00 (the end of the day) stays as it is at UTC.
+        let micros = if micros == MICROS_PER_DAY {
+            micros
+        } else {
+            micros.rem_euclid(MICROS_PER_DAY)
+        };
+        write_hms(f, micros, None)?;
+        f.write_str("Z")
+    }
+}
+
+/// Debezium `ZonedTimestamp`: ISO 8601 in UTC, the fraction `width` digits
+/// long (trimmed of trailing zeros when 0).
+struct ZonedTimestamp {
+    ts: TimestampTz,
+    width: usize,
+}
+
+impl fmt::Display for ZonedTimestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ts = self.ts.utc();
+        let (y, m, d) = ts.date().ymd();
+        if y < 0 {
+            // ISO 8601 expanded year: 1 BC is year 0, 2 BC is -0001.
+            write!(f, "{y:05}-{m:02}-{d:02}T")?;
+        } else if y > 9999 {
+            write!(f, "+{y}-{m:02}-{d:02}T")?;
+        } else {
+            write!(f, "{y:04}-{m:02}-{d:02}T")?;
+        }
+        write_hms(f, ts.time().micros(), Some(self.width).filter(|w| *w > 0))?;
+        f.write_str("Z")
+    }
+}
+
+/// `HH:MM:SS`, then the fraction: `width` digits, or trimmed when `None`.
+fn write_hms(f: &mut fmt::Formatter<'_>, micros: i64, width: Option<usize>) -> fmt::Result {
+    let secs = micros / 1_000_000;
+    let frac = micros % 1_000_000;
+    write!(
+        f,
+        "{:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )?;
+    let digits = format!("{frac:06}");
+    match width {
+        Some(w) => write!(f, ".{}", digits.get(..w.min(6)).unwrap_or_default()),
+        None if frac != 0 => write!(f, ".{}", digits.trim_end_matches('0')),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(f: impl FnOnce(&mut Vec<u8>)) -> String {
+        let mut v = Vec::new();
+        f(&mut v);
+        String::from_utf8(v).unwrap()
+    }
+
+    fn value(oid: cdc_core::Oid, text: &str) -> cdc_core::Value<'static> {
+        cdc_core::decode_text(oid, text.as_bytes())
+            .unwrap()
+            .into_owned()
+    }
+
+    fn iv(text: &str) -> Interval {
+        match value(cdc_core::types::INTERVAL, text) {
+            cdc_core::Value::Interval(iv) => iv,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn intervals_in_both_modes() {
+        use IntervalHandlingMode::*;
+        let w = |text, mode| out(|o| write_interval(o, iv(text), mode));
+        assert_eq!(
+            w("1 year 2 mons 3 days 04:05:06.78", String),
+            "\"P1Y2M3DT4H5M6.78S\""
+        );
+        assert_eq!(w("00:00:00", String), "\"P0Y0M0DT0H0M0S\"");
+        assert_eq!(w("-1 days +02:03:00", String), "\"P0Y0M-1DT2H3M0S\"");
+        assert_eq!(w("-01:02:03.5", String), "\"P0Y0M0DT-1H-2M-3.5S\"");
+        assert_eq!(w("-1 years -2 mons", String), "\"P-1Y-2M0DT0H0M0S\"");
+        assert_eq!(w("1 mon 2 days 00:00:01", Numeric), "2802601000000");
+        assert_eq!(w("00:00:06.78", Numeric), "6780000");
+        assert_eq!(w("1 year", Numeric), "31557600000000");
+        assert_eq!(w("-00:00:01.5", Numeric), "-1500000");
+        assert_eq!(w("infinity", Numeric), "\"infinity\"");
+    }
+
+    #[test]
+    fn timestamps_in_every_mode() {
+        use cdc_core::types::*;
+        use TimePrecisionMode::*;
+        let ts = |text: &str| match value(TIMESTAMP, text) {
+            cdc_core::Value::Timestamp(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let w = |text, typmod, mode| out(|o| write_timestamp(o, &ts(text), typmod, mode));
+        let t = "2024-01-15 04:05:06.123456";
+        assert_eq!(w(t, -1, Adaptive), "1705291506123456");
+        assert_eq!(w(t, 6, AdaptiveTimeMicroseconds), "1705291506123456");
+        assert_eq!(w(t, 3, Adaptive), "1705291506123");
+        assert_eq!(w(t, -1, Connect), "1705291506123");
+        assert_eq!(w("1969-12-31 23:59:59.9995", -1, Connect), "-1");
+        assert_eq!(w("infinity", -1, Adaptive), "9223372036825200000");
+        assert_eq!(w("-infinity", -1, Adaptive), "-9223372036832400000");
+        assert_eq!(w("infinity", 3, Adaptive), "9223372036825200");
+        assert_eq!(w("-infinity", -1, Connect), "-9223372036832400");
+    }
+
+    #[test]
+    fn dates_and_times_in_every_mode() {
+        use cdc_core::types::*;
+        use TimePrecisionMode::*;
+        let date = |text: &str| match value(DATE, text) {
+            cdc_core::Value::Date(d) => d,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            out(|o| write_date(o, &date("2024-01-15"), Adaptive)),
+            "19737"
+        );
+        assert_eq!(
+            out(|o| write_date(o, &date("2024-01-15"), Connect)),
+            "1705276800000"
+        );
+        assert_eq!(
+            out(|o| write_date(o, &date("infinity"), Adaptive)),
+            "-2147472692"
+        );
+        assert_eq!(
+            out(|o| write_date(o, &date("-infinity"), Adaptive)),
+            "-2147472691"
+        );
+        let time = |text: &str| match value(TIME, text) {
+            cdc_core::Value::Time(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let t = time("04:05:06.789");
+        assert_eq!(out(|o| write_time(o, t, -1, Adaptive)), "14706789000");
+        assert_eq!(out(|o| write_time(o, t, 3, Adaptive)), "14706789");
+        assert_eq!(
+            out(|o| write_time(o, t, 3, AdaptiveTimeMicroseconds)),
+            "14706789000"
+        );
+        assert_eq!(out(|o| write_time(o, t, 6, Connect)), "14706789");
+    }
+
+    #[test]
+    fn zoned_timestamps_keep_the_column_precision() {
+        use cdc_core::types::*;
+        let tstz = |text: &str| match value(TIMESTAMPTZ, text) {
+            cdc_core::Value::TimestampTz(t) => t,
+            other => panic!("{other:?}"),
+        };
+        let w = |text, typmod| out(|o| write_timestamptz(o, &tstz(text), typmod));
+        assert_eq!(
+            w("2024-01-15 04:05:06+00", -1),
+            "\"2024-01-15T04:05:06.000000Z\""
+        );
+        assert_eq!(
+            w("2024-01-15 04:05:06.5+02", -1),
+            "\"2024-01-15T02:05:06.500000Z\""
+        );
+        assert_eq!(
+            w("2024-01-15 04:05:06.5+02", 3),
+            "\"2024-01-15T02:05:06.500Z\""
+        );
+        assert_eq!(w("2024-01-15 04:05:06+00", 0), "\"2024-01-15T04:05:06Z\"");
+        assert_eq!(w("infinity", -1), "\"infinity\"");
+        assert_eq!(w("-infinity", 2), "\"-infinity\"");
+        let ttz = |text: &str| match value(TIMETZ, text) {
+            cdc_core::Value::TimeTz(t) => t,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            out(|o| write_timetz(o, ttz("04:05:06+02"))),
+            "\"02:05:06Z\""
+        );
+        assert_eq!(
+            out(|o| write_timetz(o, ttz("04:05:06.120-01:30"))),
+            "\"05:35:06.12Z\""
+        );
+        assert_eq!(
+            out(|o| write_timetz(o, ttz("00:30:00+01"))),
+            "\"23:30:00Z\""
+        );
+    }
+}
