@@ -85,6 +85,8 @@ fn ev(
         schema_change: None,
         source: source(index),
         index,
+        position: Default::default(),
+        boundary: None,
     }
 }
 
