@@ -53,27 +53,22 @@ fn start(
     let mut checkpoints = CheckpointSettings::new(StoreOptions::new(rc.clone()));
     checkpoints.interval = Duration::from_millis(100);
     let slot = slot_of(dir);
-    let job = Job::builder(SourceOptions::new(
-        rc,
-        &slot,
-        &format!("{slot}_pub"),
-        tables,
-    ))
-    .sink(SinkOptions::File {
-        options: FileSinkOptions {
-            path: dir.join("events.jsonl"),
-            max_file_bytes: 0,
-        },
-        format: JsonFormat::Debezium(opts),
-    })
-    .checkpoints(checkpoints)
-    .snapshot(SnapshotSettings {
-        mode,
-        start_lsn: None,
-        options: SnapshotOptions::default(),
-    })
-    .build()
-    .unwrap();
+    let job = Job::builder(SourceOptions::new(rc, &slot, format!("{slot}_pub"), tables))
+        .sink(SinkOptions::File {
+            options: FileSinkOptions {
+                path: dir.join("events.jsonl"),
+                max_file_bytes: 0,
+            },
+            format: JsonFormat::Debezium(opts),
+        })
+        .checkpoints(checkpoints)
+        .snapshot(SnapshotSettings {
+            mode,
+            start_lsn: None,
+            options: SnapshotOptions::default(),
+        })
+        .build()
+        .unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let result = job
