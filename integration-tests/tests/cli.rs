@@ -87,6 +87,8 @@ status_interval_secs = 1
 
 [debezium]
 "decimal.handling.mode" = "string"
+# The replays apply truncates, which Debezium skips by default.
+"skipped.operations" = "none"
 
 [[sinks]]
 type = "file"
@@ -932,8 +934,8 @@ async fn validate_on_a_first_run_says_what_run_will_create() {
     assert!(
         stdout.contains(
             "sinks[0] (file) writes the Debezium format: topic.prefix=pgcdc, \
-             tombstones.on.delete=true, skipped.operations=t, time.precision.mode=adaptive, \
-             decimal.handling.mode=precise, binary.handling.mode=bytes, \
+             tombstones.on.delete=true, skipped.operations=none, time.precision.mode=adaptive, \
+             decimal.handling.mode=string, binary.handling.mode=bytes, \
              interval.handling.mode=numeric, hstore.handling.mode=json, \
              provide.transaction.metadata=false, \
              unavailable.value.placeholder=__debezium_unavailable_value, schemas.enable=false, \
