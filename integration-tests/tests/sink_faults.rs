@@ -378,6 +378,8 @@ fn insert(
             slot: "slot".into(),
         },
         index,
+        position: Default::default(),
+        boundary: None,
     }
 }
 

@@ -3,10 +3,9 @@
 
 use cdc_core::types::type_name;
 
+use super::debezium::{write_op, write_times, Debezium, ProcessingTime};
 use super::json::{write_int, write_str};
-use super::{
-    lsn_to_ts_ms, opt_str, sequence_to_lsn, source_to_sequence, transaction_to_total_order,
-};
+use super::opt_str;
 use crate::event::{
     ChangeEvent, ColumnSchema, ExistingRows, SchemaChange, SchemaChangeItem, TableSchema,
 };
@@ -134,24 +133,23 @@ fn write_changes(out: &mut Vec<u8>, change: &SchemaChange) {
 /// (`databaseName`, `schemaName`, `ddl`, `tableChanges` with the table's
 /// columns) and pgcdc's `changes`.
 pub(super) fn debezium_schema_change(
+    d: &Debezium,
     ev: &ChangeEvent,
-    source_head: &[u8],
-    now_ms: i64,
+    now: ProcessingTime,
     out: &mut Vec<u8>,
 ) {
     let table = ev.table.as_deref();
     let s = &ev.source;
     out.push(b'{');
-    source_to_sequence(out, source_head, ev, now_ms);
-    write_int(out, s.lsn.as_u64());
-    sequence_to_lsn(
-        out,
+    d.write_source(
+        ev,
         table.map_or("", |t| &t.schema),
         table.map_or("", |t| &t.table),
-        s.xid,
+        now,
+        out,
     );
-    write_int(out, s.lsn.as_u64());
-    lsn_to_ts_ms(out, ev, now_ms);
+    write_op(out, ev.op.debezium_code());
+    write_times(out, now);
     out.extend_from_slice(b",\"databaseName\":");
     write_str(out, &s.database);
     out.extend_from_slice(b",\"schemaName\":");
@@ -207,7 +205,6 @@ pub(super) fn debezium_schema_change(
         out.extend_from_slice(b",\"changes\":");
         write_changes(out, change);
     }
-    transaction_to_total_order(out, s);
-    write_int(out, u64::from(ev.index) + 1);
-    out.extend_from_slice(b"}}");
+    d.write_transaction(ev, out);
+    out.push(b'}');
 }

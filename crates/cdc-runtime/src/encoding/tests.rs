@@ -53,6 +53,8 @@ fn event(
         schema_change: None,
         source: source(),
         index: 3,
+        position: Default::default(),
+        boundary: None,
     }
 }
 
@@ -98,9 +100,10 @@ fn debezium_insert_envelope_is_exact() {
     let expected = concat!(
         r#"{"before":null,"after":{"id":1,"doc":"a\"b"},"#,
         r#""source":{"version":"2.7.0.Final","connector":"postgresql","name":"app","ts_ms":1700000000000,"#,
-        r#""snapshot":"false","db":"appdb","sequence":"[\"512\",\"256\"]","schema":"public","table":"t","#,
+        r#""snapshot":"false","db":"appdb","sequence":"[null,\"256\"]","#,
+        r#""ts_us":1700000000000000,"ts_ns":1700000000000000000,"schema":"public","table":"t","#,
         r#""txId":755,"lsn":256,"xmin":null},"op":"c","ts_ms":1700000000123,"#,
-        r#""transaction":{"id":"755:512","total_order":4}}"#
+        r#""ts_us":1700000000123000,"ts_ns":1700000000123000000,"transaction":null}"#
     );
     assert_eq!(String::from_utf8(buf).unwrap(), expected);
 }
@@ -186,6 +189,8 @@ fn message_op() {
         schema_change: None,
         source: source(),
         index: 0,
+        position: Default::default(),
+        boundary: None,
     };
     let j = encode(&debezium_encoder(), &ev);
     assert_eq!(j["op"], "m");
@@ -571,25 +576,26 @@ fn encode_lines_share_one_processing_time() {
         })
         .collect();
     let enc = debezium_encoder();
-    let before = enc.now_ms();
+    let before = enc.now();
     let mut batch = Vec::new();
     enc.encode_lines(&evs, &mut batch);
-    let after = enc.now_ms();
+    let after = enc.now();
     let text = String::from_utf8(batch.clone()).unwrap();
     let lines: Vec<Json> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 3);
-    let now = lines[0]["ts_ms"].as_i64().unwrap();
+    let now = ProcessingTime::from_unix_nanos(lines[0]["ts_ns"].as_i64().unwrap());
     assert!(
         (before..=after).contains(&now),
-        "{before} <= {now} <= {after}"
+        "{before:?} <= {now:?} <= {after:?}"
     );
+    assert_eq!(lines[0]["ts_ms"].as_i64(), Some(now.millis()));
     // The same bytes as encoding each line with that time.
     let mut one_by_one = Vec::new();
     for ev in &evs {
-        enc.encode_line_at(ev, now, &mut one_by_one);
+        enc.lines_at(now).encode_line(ev, &mut one_by_one);
     }
     assert_eq!(batch, one_by_one);
     // The plain format writes no processing time and reads no clock.
@@ -826,7 +832,11 @@ fn debezium_writes_schema_changes_only_when_asked() {
     assert_eq!(got["databaseName"], "appdb");
     assert_eq!(got["schemaName"], "public");
     assert_eq!(got["ddl"], Json::Null);
-    assert_eq!(got["transaction"]["total_order"], 4);
+    assert_eq!(
+        got["transaction"],
+        Json::Null,
+        "no transaction metadata by default"
+    );
     let table = &got["tableChanges"][0];
     assert_eq!(table["type"], "ALTER");
     assert_eq!(table["id"], "\"public\".\"t\"");

@@ -15,6 +15,8 @@ use super::{
     ChangeEvent, ColumnSchema, MessagePayload, Operation, Row, RowValues, SchemaChange, SourceInfo,
     TableSchema,
 };
+pub(crate) use positions::ChunkMarks;
+use positions::Positions;
 
 /// Why a transaction event could not be converted.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,8 @@ pub enum ConvertError {
 struct OpenTxn {
     xid: Xid,
     commit_lsn: Lsn,
+    /// Where its BEGIN was in the stream.
+    begin_lsn: Lsn,
     commit_time: PgTimestamp,
     next_index: u32,
 }
@@ -154,6 +158,8 @@ pub struct EventConverter {
     last: Option<(Arc<Relation<'static>>, Arc<TableSchema>)>,
     /// Where rows keep their columns as sent (no allocation per row).
     arena: RowArena,
+    /// The events' positions in their transactions, and the boundaries.
+    positions: Positions,
 }
 
 impl EventConverter {
@@ -168,6 +174,7 @@ impl EventConverter {
             open_dropped: Vec::new(),
             last: None,
             arena: RowArena::default(),
+            positions: Positions::default(),
         }
     }
 
@@ -178,6 +185,7 @@ impl EventConverter {
         self.open_schemas.clear();
         self.open_dropped.clear();
         self.last = None;
+        self.positions.forget();
     }
 
     /// The schema of every table as of the last commit, with the LSN of the
@@ -285,6 +293,7 @@ impl EventConverter {
         &mut self,
         table: &Arc<TableSchema>,
         rows: Vec<RowValues>,
+        marks: ChunkMarks,
         out: &mut Vec<ChangeEvent>,
     ) -> Result<usize, ConvertError> {
         let open = self.open.ok_or(ConvertError::NoTransaction {
@@ -301,7 +310,7 @@ impl EventConverter {
         let n = rows.len();
         let mut next = open.next_index;
         out.reserve(n);
-        for row in rows {
+        for (i, row) in rows.into_iter().enumerate() {
             let mut ev = row_event(
                 Operation::Read,
                 table.clone(),
@@ -310,6 +319,7 @@ impl EventConverter {
                 source.clone(),
             );
             ev.index = next;
+            ev.position.snapshot = marks.mark(i, n);
             let Some(after) = next.checked_add(1) else {
                 return Err(ConvertError::TooManyEvents { xid: open.xid });
             };
@@ -349,20 +359,33 @@ impl EventConverter {
                 self.open = Some(OpenTxn {
                     xid: b.xid,
                     commit_lsn: b.final_lsn,
+                    begin_lsn: lsn.unwrap_or(b.final_lsn),
                     commit_time: b.timestamp,
                     next_index: 0,
                 });
+                self.positions.begin();
                 Ok(0)
             }
-            TxnEvent::Commit(_) => {
-                if self.open.take().is_none() {
+            TxnEvent::Commit(c) => {
+                let Some(open) = self.open.take() else {
                     return Err(ConvertError::NoTransaction { what: "Commit" });
-                }
+                };
                 self.schemas.extend(self.open_schemas.drain());
                 for oid in self.open_dropped.drain(..) {
                     self.schemas.remove(&oid);
                 }
-                Ok(0)
+                // The END at the commit's place in the stream (its
+                // XLogData's position, the transaction's end LSN).
+                let at = SourceInfo {
+                    lsn: c.end_lsn,
+                    ..self.txn_source(&open)
+                };
+                let end = self.positions.end_marker(at, open.next_index);
+                self.positions.committed(c.end_lsn);
+                Ok(end.map_or(0, |ev| {
+                    out.push(ev);
+                    1
+                }))
             }
             TxnEvent::Origin(_) => Ok(0),
             // Decisions about prepared transactions the assembler holds
@@ -379,7 +402,9 @@ impl EventConverter {
                     database: self.database.clone(),
                     slot: self.slot.clone(),
                 };
-                out.push(message_event(m, source));
+                let mut ev = message_event(m, source);
+                self.positions.outside(&mut ev);
+                out.push(ev);
                 Ok(1)
             }
             TxnEvent::Change(change) => self.change(change, relations, lsn, out),
@@ -489,7 +514,7 @@ impl EventConverter {
         &mut self,
         open: OpenTxn,
         start: usize,
-        out: &mut [ChangeEvent],
+        out: &mut Vec<ChangeEvent>,
     ) -> Result<usize, ConvertError> {
         let mut next = open.next_index;
         for ev in out.iter_mut().skip(start) {
@@ -498,10 +523,12 @@ impl EventConverter {
                 return Err(ConvertError::TooManyEvents { xid: open.xid });
             };
             next = after;
+            self.positions.place(ev);
         }
         if let Some(o) = self.open.as_mut() {
             o.next_index = next;
         }
+        self.begin_marker(&open, start, out);
         Ok(out.len() - start)
     }
 
@@ -571,6 +598,8 @@ fn schema_change_event(
         schema_change: Some(Arc::new(change)),
         source,
         index: 0,
+        position: Default::default(),
+        boundary: None,
     }
 }
 
@@ -590,6 +619,8 @@ fn row_event(
         schema_change: None,
         source,
         index: 0,
+        position: Default::default(),
+        boundary: None,
     }
 }
 
@@ -665,9 +696,12 @@ fn message_event(
         schema_change: None,
         source,
         index: 0,
+        position: Default::default(),
+        boundary: None,
     }
 }
 
 mod ddl;
+mod positions;
 #[cfg(test)]
 mod tests;

@@ -17,10 +17,16 @@
 //!   XLogData that carried it), if the caller knows it; otherwise the commit LSN.
 //! * `index`: the 0-based position of the event within its transaction. The
 //!   pair `(commit_lsn, index)` identifies an event, so a consumer can drop
-//!   events replayed after a restart.
+//!   events replayed after a restart (transaction boundaries, when asked
+//!   for, share the index of the event after them).
+//! * [`position`](ChangeEvent::position): the event's position among the
+//!   transaction's events of its table, the commit before its transaction,
+//!   and for a snapshot read where it stands in the snapshot (see
+//!   [`Position`]).
 
 mod convert;
 mod facts;
+mod position;
 mod row;
 mod schema_change;
 
@@ -31,8 +37,12 @@ use cdc_core::{Lsn, Oid, PgTimestamp, Value, Xid};
 
 #[cfg(test)]
 pub(crate) use convert::decode_row;
+pub(crate) use convert::ChunkMarks;
 pub use convert::{ConvertError, EventConverter};
 pub use facts::{ColumnFacts, TableFacts};
+pub use position::{
+    Position, SnapshotMark, TransactionBoundary, TransactionStatus, MESSAGE_COLLECTION,
+};
 pub use row::Row;
 #[cfg(test)]
 pub(crate) use row::RowArena;
@@ -57,12 +67,17 @@ pub enum Operation {
     /// The table's schema changed: the event's `table` is the new schema,
     /// [`ChangeEvent::schema_change`] says what changed.
     SchemaChange,
+    /// A transaction's BEGIN or END ([`ChangeEvent::boundary`]), emitted
+    /// only when the pipeline is asked to (for Debezium's transaction
+    /// metadata). No table, no rows: sinks that apply rows and operators
+    /// pass over it, and it is not counted as an event.
+    Transaction,
 }
 
 impl Operation {
     /// Debezium's one-letter `op` code: `r`, `c`, `u`, `d`, `t`, `m`
     /// (and `s` for a schema change, which Debezium's PostgreSQL connector
-    /// does not emit).
+    /// does not emit; `""` for a transaction boundary, which is no change).
     pub const fn debezium_code(self) -> &'static str {
         match self {
             Operation::Read => "r",
@@ -72,11 +87,12 @@ impl Operation {
             Operation::Truncate => "t",
             Operation::Message => "m",
             Operation::SchemaChange => "s",
+            Operation::Transaction => "",
         }
     }
 
     /// A lower-case word: `read`, `insert`, `update`, `delete`, `truncate`,
-    /// `message`, `schema_change`.
+    /// `message`, `schema_change`, `transaction`.
     pub const fn name(self) -> &'static str {
         match self {
             Operation::Read => "read",
@@ -86,6 +102,7 @@ impl Operation {
             Operation::Truncate => "truncate",
             Operation::Message => "message",
             Operation::SchemaChange => "schema_change",
+            Operation::Transaction => "transaction",
         }
     }
 }
@@ -246,6 +263,11 @@ pub struct ChangeEvent {
     pub source: SourceInfo,
     /// Position of the event within its transaction, from 0.
     pub index: u32,
+    /// Where the event stands in its transaction and snapshot (see
+    /// [`Position`]).
+    pub position: Position,
+    /// What an [`Operation::Transaction`] event says.
+    pub boundary: Option<Arc<TransactionBoundary>>,
 }
 
 /// A view of one column of a row: its schema and its value.

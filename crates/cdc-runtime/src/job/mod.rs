@@ -405,6 +405,12 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     .await?;
 
     let sink_kinds: Vec<String> = job_sinks.iter().map(|s| s.kind().to_owned()).collect();
+    // Debezium's transaction metadata needs the boundary events.
+    let transaction_markers = job_sinks.iter().any(|s| match s {
+        JobSink::Open(o) => matches!(o.json_format(),
+            Some(crate::encoding::JsonFormat::Debezium(d)) if d.provide_transaction_metadata),
+        JobSink::Custom(_) => false,
+    });
     let mut sinks: Vec<Box<dyn crate::sinks::Sink>> = Vec::with_capacity(job_sinks.len());
     for s in job_sinks {
         match s {
@@ -439,6 +445,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     po.sink_timeout = tuning.sink_timeout;
     po.receive_timeout = source.receive_timeout;
     po.monitor = monitor.clone();
+    po.transaction_markers = transaction_markers;
     let slot_watch = monitor.as_ref().map(|m| {
         let kinds: Vec<&str> = sink_kinds.iter().map(String::as_str).collect();
         m.health.set_sinks(&kinds);

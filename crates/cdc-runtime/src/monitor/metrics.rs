@@ -291,6 +291,10 @@ impl EventCounts {
     /// Counts `events` into `metrics`.
     pub(crate) fn count(&mut self, metrics: &Metrics, events: &[ChangeEvent]) {
         for ev in events {
+            // Transaction boundaries are not events.
+            if ev.op == Operation::Transaction {
+                continue;
+            }
             let key = (ev.table.as_ref().map_or(0, |t| t.oid), ev.op);
             match &mut self.run {
                 Some((k, n)) if *k == key => *n += 1,

@@ -132,7 +132,10 @@ impl Operator for TableCounters {
             Operation::Update => c.updates += 1,
             Operation::Delete => c.deletes += 1,
             Operation::Truncate => c.truncates += 1,
-            Operation::Read | Operation::Message | Operation::SchemaChange => {}
+            Operation::Read
+            | Operation::Message
+            | Operation::SchemaChange
+            | Operation::Transaction => {}
         }
         Ok(())
     }

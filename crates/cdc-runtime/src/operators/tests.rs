@@ -80,6 +80,8 @@ pub(crate) fn event_in(
         schema_change: None,
         source: source(),
         index: 0,
+        position: Default::default(),
+        boundary: None,
     }
 }
 

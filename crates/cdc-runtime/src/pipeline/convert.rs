@@ -82,6 +82,14 @@ impl Source<'_> {
             TxnEvent::Commit(_) => self.converter.open_commit_context(),
             _ => None,
         };
+        // At a commit the operators' derived events come first, as events
+        // of the transaction (its END boundary, if any, follows them).
+        let first = self.pending.events.len();
+        let mut derived = 0;
+        if let Some(mut ctx) = commit {
+            derived = self.commit_operators(&mut ctx)?;
+            derived += self.converter.adopt(&mut self.pending.events, first);
+        }
         let start = self.pending.events.len();
         let n = match event {
             // The snapshot's watermarks: never passed on; a high watermark
@@ -131,11 +139,13 @@ impl Source<'_> {
                 }
             }
         }
-        let mut added = n;
+        // Transaction boundaries are not events to count.
+        let boundaries = self.pending.events[first..]
+            .iter()
+            .filter(|e| e.op == crate::event::Operation::Transaction)
+            .count();
+        let added = (n + derived).saturating_sub(boundaries);
         if let TxnEvent::Commit(c) = event {
-            if let Some(mut ctx) = commit {
-                added += self.commit_operators(&mut ctx)?;
-            }
             self.pending.commit_end = Some(c.end_lsn);
             if shared.monitor.is_some() {
                 self.pending.commit_times.push(c.commit_time);

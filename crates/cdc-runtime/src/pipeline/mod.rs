@@ -311,7 +311,8 @@ impl Pipeline {
             converter: EventConverter::new(
                 options.replication.get_dbname().to_owned(),
                 options.slot.clone(),
-            ),
+            )
+            .with_transaction_markers(options.transaction_markers),
             pending: Pending::default(),
             started: false,
             operators,
@@ -339,6 +340,12 @@ impl Pipeline {
             // The schemas in force at the resumed position: the replay is
             // compared with them, so no schema change is missed or repeated.
             source.converter.restore_relations(&resume.relations);
+            // The commit before the next transaction: the position resumed
+            // from (a commit's end, or a position between transactions
+            // after it).
+            if let Some(position) = start {
+                source.converter.set_previous_commit(position);
+            }
         }
         tokio::pin!(shutdown);
         let stream = source.stream(&mut shared, shutdown.as_mut()).await?;

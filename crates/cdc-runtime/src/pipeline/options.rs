@@ -93,6 +93,13 @@ pub struct PipelineOptions {
     pub read_pause: Duration,
     /// Metrics and health to keep up to date (see [`crate::monitor`]).
     pub monitor: Option<crate::monitor::Monitor>,
+    /// Emit transaction boundary events ([`Operation::Transaction`]) before
+    /// and after the events of each transaction (for Debezium's
+    /// `provide.transaction.metadata`; a job turns it on when a sink's
+    /// format asks for them).
+    ///
+    /// [`Operation::Transaction`]: crate::event::Operation::Transaction
+    pub transaction_markers: bool,
 }
 
 /// See [`PipelineOptions::read_pause`].
@@ -124,6 +131,7 @@ impl PipelineOptions {
             backoff: Backoff::default(),
             read_pause: Duration::from_millis(1),
             monitor: None,
+            transaction_markers: false,
         }
     }
 }

@@ -58,10 +58,10 @@ impl Source<'_> {
             _ => None,
         };
         match merged {
-            Some((table, rows)) => {
+            Some((table, rows, marks)) => {
                 Ok(self
                     .converter
-                    .push_reads(&table, rows, &mut self.pending.events)?)
+                    .push_reads(&table, rows, marks, &mut self.pending.events)?)
             }
             None => Ok(0),
         }
@@ -164,6 +164,8 @@ impl Source<'_> {
                             schema_change: None,
                             source: ctx.source.clone(),
                             index: ctx.next_index,
+                            position: Default::default(),
+                            boundary: None,
                         });
                         ctx.next_index = ctx.next_index.saturating_add(1);
                     }

@@ -156,7 +156,7 @@ impl Sink for FileSink {
             return Err(SinkError::Closed);
         }
         let encoder = Arc::clone(&self.encoder);
-        let mut lines = encoder.lines(encoder.now_ms());
+        let mut lines = encoder.lines_at(encoder.now());
         for ev in batch {
             if self.max_bytes == 0 {
                 // No rotation: encode straight into the buffer.
@@ -404,6 +404,8 @@ mod tests {
                     slot: "s".into(),
                 },
                 index: i,
+                position: Default::default(),
+                boundary: None,
             })
             .collect()
     }

@@ -112,6 +112,8 @@ mod tests {
                 slot: "s".into(),
             },
             index: 0,
+            position: Default::default(),
+            boundary: None,
         }
     }
 

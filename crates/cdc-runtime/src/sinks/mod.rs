@@ -361,6 +361,8 @@ mod tests {
                 slot: "s".into(),
             },
             index: 3,
+            position: Default::default(),
+            boundary: None,
         };
         let e = SinkError::Malformed("upsert without a row").at(&ev);
         let text = e.to_string();

@@ -48,7 +48,7 @@ impl Sink for NullSink {
             return Err(SinkError::Closed);
         }
         if let Some(enc) = &self.encoder {
-            let mut lines = enc.lines(enc.now_ms());
+            let mut lines = enc.lines_at(enc.now());
             for ev in batch {
                 self.buf.clear();
                 lines.encode_line(ev, &mut self.buf);
@@ -96,6 +96,8 @@ mod tests {
                 slot: "s".into(),
             },
             index: 0,
+            position: Default::default(),
+            boundary: None,
         };
         enc.write(&[ev.clone(), ev]).await.unwrap();
         assert_eq!(enc.events(), 2);

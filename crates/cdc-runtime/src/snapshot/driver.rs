@@ -17,7 +17,7 @@ use super::merge::{ChunkId, Merger};
 use super::progress::{Display, TableProgress};
 use super::reader::{self, KeyRange, PlanCursor, Start, ToSource};
 use super::{OnUnreadable, SnapshotError, SnapshotOptions, SnapshotPlan};
-use crate::event::{RowValues, TableSchema};
+use crate::event::{ChunkMarks, RowValues, TableSchema};
 use crate::replication::ReplicationConfig;
 use crate::tls_connect::PgClientSettings;
 
@@ -28,8 +28,9 @@ mod stream;
 use consistent_read::Fallback;
 use stream::StreamTable;
 
-/// A merged chunk: its table's event schema and the rows to emit.
-pub(crate) type MergedChunk = (Arc<TableSchema>, Vec<RowValues>);
+/// A merged chunk: its table's event schema, the rows to emit and how to
+/// mark them.
+pub(crate) type MergedChunk = (Arc<TableSchema>, Vec<RowValues>, ChunkMarks);
 
 /// A chunk started and not yet emitted (or emitted in the open transaction).
 struct Chunk {
@@ -37,6 +38,8 @@ struct Chunk {
     range: KeyRange,
     _permit: OwnedSemaphorePermit,
     rows: u64,
+    /// Rows emitted (after the merge), once it was.
+    emitted_rows: u64,
 }
 
 /// The snapshot as the pipeline runs it.
@@ -89,6 +92,14 @@ pub(crate) struct Snapshot {
     rows_total: u64,
     /// Metrics, when monitored.
     pub(crate) monitor: Option<crate::monitor::Monitor>,
+    /// `tables[..initial]` is the initial snapshot (less its requests);
+    /// tables after it are read on demand.
+    initial: usize,
+    /// Whether the initial snapshot starts from the beginning (no
+    /// checkpoint recorded progress), so its first row is the first read.
+    fresh: bool,
+    /// Rows of the current table emitted in committed transactions.
+    table_emitted: u64,
     /// `rows_done` as last counted in the metrics.
     rows_reported: u64,
 }
@@ -222,6 +233,15 @@ impl Snapshot {
                 }
             }
         }
+        let initial = if resume.is_some_and(|p| p.complete) {
+            0
+        } else {
+            keyed.len()
+        };
+        let fresh = resume.is_none_or(|p| {
+            p.tables_done.iter().all(|d| d.rows == 0 && d.chunks == 0)
+                && p.in_progress.as_ref().is_none_or(|c| c.chunks_done == 0)
+        });
         let fallback = if keyless.is_empty() {
             Fallback::Done
         } else {
@@ -287,6 +307,9 @@ impl Snapshot {
             requests_done: resume.map(|p| p.requests_done.clone()).unwrap_or_default(),
             done_tx,
             monitor: None,
+            initial,
+            fresh,
+            table_emitted: 0,
             rows_reported: 0,
             stream_keys: HashMap::new(),
             started_at: now,
@@ -422,6 +445,7 @@ impl Snapshot {
                             range,
                             _permit: permit,
                             rows: 0,
+                            emitted_rows: 0,
                         },
                     );
                 }
@@ -472,6 +496,7 @@ impl Snapshot {
                 self.tables_done.push(done);
             }
             self.table += 1;
+            self.table_emitted = 0;
             self.cursor = PlanCursor::default();
             self.planned_all = false;
             self.chunks_done = 0;

@@ -17,9 +17,7 @@ pub(crate) struct TableSchemas {
     /// The envelope's schema (see [`write_value_schema`]).
     pub(crate) value: Box<[u8]>,
     /// The key's schema, or `null` (see [`write_key_schema`]), for the
-    /// records with keys (`key = true`), which the encoder does not write
-    /// yet.
-    #[allow(dead_code)]
+    /// records with keys (`key = true`).
     pub(crate) key: Box<[u8]>,
 }
 

@@ -60,15 +60,11 @@ pub(crate) fn write_key_schema(out: &mut Vec<u8>, table: &TableSchema, opts: &De
 }
 
 /// Appends the schema of a BEGIN/END transaction record's value.
-// For the BEGIN/END records of `provide.transaction.metadata`, which the
-// encoder does not write yet.
-#[allow(dead_code)]
 pub(crate) fn write_transaction_value_schema(out: &mut Vec<u8>) {
     envelope::transaction_value().write(out, None);
 }
 
 /// Appends the schema of a BEGIN/END transaction record's key.
-#[allow(dead_code)]
 pub(crate) fn write_transaction_key_schema(out: &mut Vec<u8>) {
     envelope::transaction_key().write(out, None);
 }
@@ -79,7 +75,6 @@ pub(crate) fn write_message_value_schema(out: &mut Vec<u8>, opts: &DebeziumOptio
 }
 
 /// Appends the schema of a logical decoding message's key.
-#[allow(dead_code)]
 pub(crate) fn write_message_key_schema(out: &mut Vec<u8>) {
     envelope::message_key().write(out, None);
 }

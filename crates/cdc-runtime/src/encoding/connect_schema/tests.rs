@@ -619,6 +619,8 @@ fn events(t: &Arc<TableSchema>) -> Vec<crate::event::ChangeEvent> {
         schema_change: None,
         source: source.clone(),
         index: 0,
+        position: Default::default(),
+        boundary: None,
     };
     let message = ChangeEvent {
         op: Operation::Message,
@@ -633,6 +635,8 @@ fn events(t: &Arc<TableSchema>) -> Vec<crate::event::ChangeEvent> {
         schema_change: None,
         source,
         index: 1,
+        position: Default::default(),
+        boundary: None,
     };
     vec![insert, message]
 }

@@ -417,6 +417,8 @@ impl KeyedAggregate {
             schema_change: None,
             source: commit.source.clone(),
             index,
+            position: Default::default(),
+            boundary: None,
         }
     }
 }

@@ -97,7 +97,7 @@ impl Operator for KeyedAggregate {
                 self.open.deltas.clear();
                 self.open.truncated = true;
             }
-            Operation::Message | Operation::SchemaChange => {}
+            Operation::Message | Operation::SchemaChange | Operation::Transaction => {}
         }
         Ok(())
     }

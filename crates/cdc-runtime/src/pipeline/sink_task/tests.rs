@@ -156,6 +156,8 @@ fn ev(id: u32) -> ChangeEvent {
             slot: "s".into(),
         },
         index: id,
+        position: Default::default(),
+        boundary: None,
     }
 }
 

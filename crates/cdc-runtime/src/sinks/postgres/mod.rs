@@ -444,7 +444,7 @@ impl PgTableSink {
         };
         let target = self.target(table).quoted();
         match ev.op {
-            Operation::Message | Operation::SchemaChange => {}
+            Operation::Message | Operation::SchemaChange | Operation::Transaction => {}
             Operation::Truncate => ops.push((format!("TRUNCATE {target}"), Vec::new())),
             Operation::Delete => {
                 let before = ev

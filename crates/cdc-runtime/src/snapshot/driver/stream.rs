@@ -11,7 +11,7 @@ use super::super::key::RowKey;
 use super::super::merge::{ChunkId, HighWatermark};
 use super::super::{SnapshotError, WATERMARK_PREFIX};
 use super::{Fallback, MergedChunk, Snapshot};
-use crate::event::{ChangeEvent, Operation, RowValues, TableSchema};
+use crate::event::{ChangeEvent, ChunkMarks, Operation, RowValues, TableSchema};
 
 /// A table of the stream, as the snapshot sees it.
 #[derive(Debug, Clone)]
@@ -89,16 +89,63 @@ impl Snapshot {
                         dropped,
                     } => {
                         tracing::debug!(chunk, rows = rows.len(), dropped, "snapshot chunk merged");
+                        let marks = self.marks(chunk, table, rows.len());
                         self.emitted.push(chunk);
                         let schema = self
                             .tables
                             .get(table)
                             .map(|t| t.event_schema.clone())
                             .ok_or_else(|| SnapshotError::Merge(format!("no table #{table}")))?;
-                        Ok(Some((schema, rows)))
+                        Ok(Some((schema, rows, marks)))
                     }
                 }
             }
+        }
+    }
+
+    /// How the `n` rows of `chunk` of table #`table`, merged now, are
+    /// marked: whether they are the first of the table to be emitted, the
+    /// last (the table is fully planned and no other chunk of it is still
+    /// to come), of the initial snapshot's first or last table, or read on
+    /// demand. Counts the rows as emitted.
+    fn marks(&mut self, chunk: ChunkId, table: usize, n: usize) -> ChunkMarks {
+        let of_table = |c: &&super::Chunk| c.table == table;
+        let earlier: u64 = self
+            .emitted
+            .iter()
+            .filter_map(|id| self.chunks.get(id))
+            .filter(of_table)
+            .map(|c| c.emitted_rows)
+            .sum();
+        let first_in_table =
+            self.table_emitted + earlier == 0 && self.rows_done == 0 && self.chunks_done == 0;
+        // Every chunk of the table was planned (the planning cursor ran
+        // out, or the readers said so) and none but those emitted now is
+        // still to come.
+        let last_in_table = (self.planned_all || self.cursor.exhausted)
+            && self.redo.is_empty()
+            && self
+                .chunks
+                .iter()
+                .all(|(id, c)| c.table != table || *id == chunk || self.emitted.contains(id));
+        if let Some(c) = self.chunks.get_mut(&chunk) {
+            c.emitted_rows = n as u64;
+        }
+        let on_demand = |t: &SnapshotTable| t.request.is_some();
+        let incremental = table >= self.initial || self.tables.get(table).is_none_or(on_demand);
+        let initial = self.tables.get(..self.initial).unwrap_or_default();
+        ChunkMarks {
+            incremental,
+            first_table: self.fresh
+                && initial
+                    .get(..table)
+                    .is_some_and(|t| t.iter().all(on_demand)),
+            last_table: initial
+                .get(table + 1..)
+                .is_some_and(|t| t.iter().all(on_demand))
+                && self.fallback_tables.is_empty(),
+            first_in_table,
+            last_in_table,
         }
     }
 
@@ -184,6 +231,9 @@ impl Snapshot {
         }
         for chunk in std::mem::take(&mut self.emitted) {
             if let Some(c) = self.chunks.remove(&chunk) {
+                if c.table == self.table {
+                    self.table_emitted += c.emitted_rows;
+                }
                 self.chunks_done += 1;
                 self.rows_done += c.rows;
                 self.rows_total += c.rows;
