@@ -128,6 +128,7 @@ async fn quickstart_keep_leaves_files_in_the_chosen_dir() {
         number(&stdout, "change events:")
             + number(&stdout, "snapshot reads:")
             + number(&stdout, "aggregate updates:")
+            + number(&stdout, "transaction records:")
     );
     // The cluster directory stays, its server stopped.
     assert!(cluster.join("data").join("PG_VERSION").is_file());

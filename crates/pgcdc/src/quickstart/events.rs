@@ -20,6 +20,8 @@ pub(super) struct Delivered {
     pub(super) lines: u64,
     /// Event lines of the operators' output (`pgcdc.<operator id>`).
     pub(super) operator_lines: u64,
+    /// Transaction BEGIN/END records (`provide.transaction.metadata`).
+    pub(super) transaction_lines: u64,
     /// Snapshot read lines (`op` r) of the demo table.
     pub(super) reads: u64,
     /// Distinct events by `(transaction.id, transaction.total_order)`, by operation.
@@ -47,6 +49,10 @@ pub(super) fn read(base: &Path, table: &str) -> Result<Delivered, QuickstartErro
                 reason: reason.to_owned(),
             };
             let event: Value = serde_json::from_str(line).map_err(|e| bad(&e.to_string()))?;
+            if event["status"].is_string() {
+                delivered.transaction_lines += 1;
+                continue;
+            }
             let source = &event["source"];
             if source["schema"] == "pgcdc" {
                 delivered.operator_lines += 1;

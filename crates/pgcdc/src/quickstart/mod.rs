@@ -300,6 +300,7 @@ async fn demo(
         snapshot_reads: delivered.reads,
         distinct: delivered.distinct,
         operator_lines: delivered.operator_lines,
+        transaction_lines: delivered.transaction_lines,
         checkpoints,
         slot_confirmed: slot,
         aggregate: joined,

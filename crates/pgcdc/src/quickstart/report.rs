@@ -61,6 +61,8 @@ pub struct Report {
     pub distinct: Written,
     /// Event lines of the operators' output in the same file.
     pub operator_lines: u64,
+    /// Transaction BEGIN/END records in the same file.
+    pub transaction_lines: u64,
     /// Retained checkpoints, oldest first.
     pub checkpoints: Vec<CheckpointMeta>,
     /// The slot's `confirmed_flush_lsn` after the run.
@@ -150,6 +152,11 @@ impl fmt::Display for Report {
             f,
             "  aggregate updates:   {:>7}  (pgcdc.order_totals, the keyed_aggregate's output, same file)",
             self.operator_lines
+        )?;
+        writeln!(
+            f,
+            "  transaction records: {:>7}  (BEGIN/END, Debezium's provide.transaction.metadata, same file)",
+            self.transaction_lines
         )?;
         writeln!(f)?;
         writeln!(f, "Checkpoints (job quickstart, oldest first)")?;
