@@ -19,7 +19,7 @@ mod support;
 
 pub use cli::{pgcdc_binary, run_pgcdc, Pgcdc};
 pub use fault_proxy::{FaultProxy, ProxyMode};
-pub use support::{kill_and_wait, snapshot_progress, TempDir};
+pub use support::{kill_and_wait, snapshot_progress, CollectSink, TempDir};
 /// The harness's error: [`throwaway_pg::Error`].
 pub use throwaway_pg::Error as HarnessError;
 pub use throwaway_pg::*;

@@ -1,9 +1,14 @@
 //! Helpers the end-to-end tests share: a temporary directory, the newest
-//! checkpoint's snapshot progress, and a SIGKILL of `pgcdc run` that waits
-//! until the server has seen the killed process's sessions end.
+//! checkpoint's snapshot progress, a SIGKILL of `pgcdc run` that waits
+//! until the server has seen the killed process's sessions end, and a sink
+//! that keeps what it is given.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use cdc_runtime::event::ChangeEvent;
+use cdc_runtime::sinks::{Sink, SinkError};
 
 use checkpoint_api::{CheckpointStore, JobName, SnapshotProgress};
 use checkpoint_pg::PgCheckpointStore;
@@ -85,4 +90,31 @@ pub async fn kill_and_wait(pgcdc: &mut Pgcdc, db: &TestDatabase, timeout: Durati
         (left == 0).then_some(())
     })
     .await
+}
+
+/// A sink that keeps every event it is given; clones share the events.
+#[derive(Debug, Clone, Default)]
+pub struct CollectSink(pub Arc<Mutex<Vec<ChangeEvent>>>);
+
+impl CollectSink {
+    /// The events so far.
+    pub fn events(&self) -> Vec<ChangeEvent> {
+        self.0.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for CollectSink {
+    async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
+        if let Ok(mut events) = self.0.lock() {
+            events.extend_from_slice(batch);
+        }
+        Ok(())
+    }
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+    async fn close(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
 }

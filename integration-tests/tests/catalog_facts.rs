@@ -13,29 +13,13 @@ use cdc_runtime::event::{ChangeEvent, Operation};
 use cdc_runtime::pipeline::{Backoff, Pipeline, PipelineOptions};
 use cdc_runtime::replication::ReplicationConnection;
 use cdc_runtime::setup::{prepare, SetupMode};
-use cdc_runtime::sinks::{Sink, SinkError};
+use cdc_runtime::sinks::Sink;
+use integration_tests::CollectSink as Collect;
 use integration_tests::{TestDatabase, TestPostgres};
 use pgcdc::config::{Config, SourceConfig};
 use tokio::sync::oneshot;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Keeps every event it is given.
-struct Collect(Arc<Mutex<Vec<ChangeEvent>>>);
-
-#[async_trait::async_trait]
-impl Sink for Collect {
-    async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
-        self.0.lock().unwrap().extend_from_slice(batch);
-        Ok(())
-    }
-    async fn flush(&mut self) -> Result<(), SinkError> {
-        Ok(())
-    }
-    async fn close(&mut self) -> Result<(), SinkError> {
-        Ok(())
-    }
-}
 
 async fn source(db: &TestDatabase, tables: &[&str], slot: &str) -> SourceConfig {
     let text = format!(

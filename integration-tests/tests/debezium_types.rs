@@ -12,15 +12,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cdc_runtime::encoding::{DebeziumOptions, JsonEncoder, JsonFormat};
 use cdc_runtime::snapshot::StartupMode;
 use cdc_runtime::{
-    Capture, ChangeEvent, Job, Operation, Progress, ReplicationConfig, Sink, SinkError,
-    SnapshotSettings, SourceOptions, TableRef,
+    Capture, ChangeEvent, Job, Operation, Progress, ReplicationConfig, SnapshotSettings,
+    SourceOptions, TableRef,
 };
+use integration_tests::CollectSink as Collect;
 use integration_tests::{eventually, TestDatabase, TestPostgres};
 use serde_json::{json, Value as Json};
 use tokio::sync::{oneshot, watch};
@@ -371,24 +371,6 @@ const SETUP: &str = "
     CREATE DOMAIN label AS text;
     SET lc_monetary = 'C';
 ";
-
-/// Keeps every event it is given.
-#[derive(Clone, Default)]
-struct Collect(Arc<Mutex<Vec<ChangeEvent>>>);
-
-#[async_trait::async_trait]
-impl Sink for Collect {
-    async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
-        self.0.lock().unwrap().extend_from_slice(batch);
-        Ok(())
-    }
-    async fn flush(&mut self) -> Result<(), SinkError> {
-        Ok(())
-    }
-    async fn close(&mut self) -> Result<(), SinkError> {
-        Ok(())
-    }
-}
 
 struct Running {
     stop: oneshot::Sender<()>,
