@@ -3,7 +3,7 @@
 use cdc_core::pgoutput::{
     Column, Delete, Insert, OldTuple, Relation, ReplicaIdentity, Truncate, Update,
 };
-use cdc_core::{decode_text, types, TxnBegin, TxnCommit, TxnKind, Value};
+use cdc_core::{decode_text, types, TupleData, TupleValue, TxnBegin, TxnCommit, TxnKind, Value};
 
 use super::*;
 use crate::event::SchemaChangeItem;

@@ -1,7 +1,7 @@
 //! The positions the converter gives events, and the boundaries.
 
 use cdc_core::pgoutput::{Column, Insert, Relation, ReplicaIdentity, Truncate};
-use cdc_core::{types, TxnBegin, TxnCommit, TxnKind};
+use cdc_core::{types, TupleData, TupleValue, TxnBegin, TxnCommit, TxnKind};
 
 use super::super::*;
 use crate::event::{SnapshotMark, TransactionStatus};
