@@ -153,6 +153,7 @@ async fn validate(config: &Config) -> Result<(), Failure> {
     let mut lines = result?;
     let ok = lines.pop();
     lines.extend(format_lines(config)?);
+    lines.extend(nats_lines(config).await?);
     lines.extend(ok);
     for line in lines {
         println!("{line}");
@@ -189,6 +190,39 @@ fn format_lines(config: &Config) -> Result<Vec<String>, Failure> {
             }
             None => {}
         }
+    }
+    Ok(lines)
+}
+
+/// `pgcdc validate`'s lines on each NATS sink's stream: whether it exists
+/// or would be created, and its settings; a stream `pgcdc run` would refuse
+/// (subjects that miss the sink's, a duplicate window shorter than a
+/// replay) fails validation with the same message.
+async fn nats_lines(config: &Config) -> Result<Vec<String>, Failure> {
+    let debezium = config.debezium.options()?;
+    let mut lines = Vec::new();
+    for (i, sink) in config.sinks.iter().enumerate() {
+        let pgcdc::config::SinkConfig::Nats(nats) = sink else {
+            continue;
+        };
+        let mut options = nats.options(&debezium)?;
+        if options.job.is_empty() {
+            options.job = match &config.checkpoint {
+                Some(cc) => config.job_name(cc)?.as_str().to_owned(),
+                None => config.source.slot.clone(),
+            };
+        }
+        options.checkpoint_interval = config.checkpoint.as_ref().map(|cc| cc.interval());
+        let line = cdc_runtime::sinks::NatsSink::plan(&options)
+            .await
+            .map_err(|e| {
+                let kind = match e.is_retryable() {
+                    true => ExitKind::Connect,
+                    false => ExitKind::Refused,
+                };
+                Failure::new(kind, format!("sinks[{i}] (nats): {e}"))
+            })?;
+        lines.push(format!("sinks[{i}] (nats): {line}"));
     }
     Ok(lines)
 }

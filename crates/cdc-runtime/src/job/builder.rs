@@ -131,6 +131,7 @@ impl JobSink {
             JobSink::Open(SinkOptions::Stdout { .. }) => "stdout",
             JobSink::Open(SinkOptions::File { .. }) => "file",
             JobSink::Open(SinkOptions::Postgres(_)) => "postgres",
+            JobSink::Open(SinkOptions::Nats(_)) => "nats",
             JobSink::Open(SinkOptions::Null) => "null",
             JobSink::Custom(_) => "custom",
         }

@@ -412,10 +412,22 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         JobSink::Custom(_) => false,
     });
     let mut sinks: Vec<Box<dyn crate::sinks::Sink>> = Vec::with_capacity(job_sinks.len());
+    // The job's name and checkpoint interval, for sinks that need them
+    // (the NATS sink's message ids and its duplicate window rule).
+    let job_name = checkpoints
+        .as_ref()
+        .and_then(|cc| cc.job.as_ref().map(|j| j.as_str().to_owned()))
+        .unwrap_or_else(|| source.slot.clone());
     for s in job_sinks {
         match s {
             JobSink::Custom(sink) => sinks.push(sink),
-            JobSink::Open(options) => {
+            JobSink::Open(mut options) => {
+                if let crate::sinks::SinkOptions::Nats(nats) = &mut options {
+                    if nats.job.is_empty() {
+                        nats.job = job_name.clone();
+                    }
+                    nats.checkpoint_interval = checkpoints.as_ref().map(|cc| cc.interval);
+                }
                 // One sink at most commits the checkpoints with its writes.
                 let store = match sinks.iter().any(|s| s.commits_checkpoints()) {
                     true => None,

@@ -149,6 +149,36 @@ pub(crate) fn client_config(
     Ok(Some(Arc::new(tls)))
 }
 
+/// A certificate verifier for `verification` with `roots` (needed for
+/// [`Verification::Chain`] and [`Verification::Full`]), on the `ring`
+/// provider: for TLS clients other than the replication connection (the
+/// NATS sink), which load their roots themselves.
+pub(crate) fn verifier(
+    verification: Verification,
+    roots: Option<RootCertStore>,
+) -> Result<Arc<dyn ServerCertVerifier>, String> {
+    let provider = provider();
+    let algorithms = provider.signature_verification_algorithms;
+    Ok(match (verification, roots) {
+        (Verification::None, _) => Arc::new(NoCertificateCheck { algorithms }),
+        (Verification::Chain, Some(roots)) => Arc::new(ChainOnlyCheck {
+            roots: Arc::new(roots),
+            algorithms,
+        }),
+        (Verification::Full, Some(roots)) => {
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| e.to_string())?
+        }
+        (_, None) => return Err("certificate checks need trusted root certificates".into()),
+    })
+}
+
+/// The `ring` crypto provider every TLS client of pgcdc uses.
+pub(crate) fn ring_provider() -> Arc<CryptoProvider> {
+    provider()
+}
+
 /// The TLS server name for `host`: an IP address or a DNS name.
 pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, TlsError> {
     ServerName::try_from(host.to_owned()).map_err(|_| TlsError::InvalidServerName(host.into()))

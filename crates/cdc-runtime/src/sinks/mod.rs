@@ -48,6 +48,7 @@
 
 mod file;
 mod lines;
+pub mod nats;
 mod null;
 mod open;
 mod postgres;
@@ -62,6 +63,7 @@ use crate::event::ChangeEvent;
 
 pub use file::{FileSink, FileSinkOptions};
 pub use lines::{JsonLinesSink, StdoutSink};
+pub use nats::{NatsSink, NatsSinkOptions};
 pub use null::NullSink;
 pub use open::{open_sink, PostgresSinkOptions, SinkOptions};
 pub use postgres::{DroppedColumns, PgTableSink, PgTableSinkOptions, TableName};
@@ -251,6 +253,9 @@ pub enum SinkError {
         /// What to do.
         fix: String,
     },
+    /// The NATS sink failed.
+    #[error(transparent)]
+    Nats(#[from] nats::NatsError),
     /// The sink cannot [`reset`](Sink::reset) after an error.
     #[error("the sink cannot reset after an error")]
     ResetUnsupported,
@@ -280,6 +285,8 @@ impl SinkError {
         match self {
             SinkError::Io { .. } | SinkError::Timeout { .. } => Fault::Transient,
             SinkError::Postgres(e) => crate::pg_error::fault(e),
+            SinkError::Nats(e) if e.transient => Fault::Transient,
+            SinkError::Nats(_) => Fault::Permanent,
             SinkError::Event { source, .. } => source.fault(),
             SinkError::NoKey { .. }
             | SinkError::Unrepresentable { .. }

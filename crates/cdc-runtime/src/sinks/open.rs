@@ -25,6 +25,8 @@ pub enum SinkOptions {
     },
     /// Rows applied to PostgreSQL tables.
     Postgres(PostgresSinkOptions),
+    /// Messages published into a NATS JetStream stream.
+    Nats(Box<super::NatsSinkOptions>),
     /// Discards everything (for benchmarks and tests).
     Null,
 }
@@ -34,6 +36,7 @@ impl SinkOptions {
     pub fn json_format(&self) -> Option<&JsonFormat> {
         match self {
             SinkOptions::Stdout { format } | SinkOptions::File { format, .. } => Some(format),
+            SinkOptions::Nats(nats) => Some(&nats.format),
             SinkOptions::Postgres(_) | SinkOptions::Null => None,
         }
     }
@@ -130,6 +133,11 @@ pub async fn open_sink(
             .map_err(|e| format!("postgres sink: {e}"))?;
             Box::new(sink)
         }
+        SinkOptions::Nats(nats) => Box::new(
+            super::NatsSink::connect((**nats).clone())
+                .await
+                .map_err(|e| format!("nats sink: {e}"))?,
+        ),
         SinkOptions::Null => Box::new(NullSink::new()),
     })
 }

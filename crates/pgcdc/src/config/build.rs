@@ -171,6 +171,7 @@ impl SinkConfig {
                 }
                 SinkOptions::Postgres(pg)
             }
+            SinkConfig::Nats(nats) => SinkOptions::Nats(Box::new(nats.options(debezium)?)),
             SinkConfig::Null => SinkOptions::Null,
         })
     }

@@ -114,6 +114,8 @@ pub enum SinkConfig {
         #[serde(default)]
         dropped_columns: DroppedColumnsConfig,
     },
+    /// Published into a NATS JetStream stream.
+    Nats(Box<super::NatsSinkConfig>),
     /// Discards events (benchmarks).
     Null,
 }

@@ -1,0 +1,86 @@
+//! NATS errors, sorted into transient (retry with a new connection and a
+//! replay) and permanent (a setting to fix).
+
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::ConnectErrorKind;
+
+/// Why the NATS sink failed.
+#[derive(Debug, thiserror::Error)]
+#[error("NATS {what}: {message}")]
+pub struct NatsError {
+    /// What the sink was doing.
+    pub what: &'static str,
+    /// What went wrong, and the fix where there is one.
+    pub message: String,
+    /// Whether a retry (a new connection and a replay) may succeed.
+    pub transient: bool,
+}
+
+impl NatsError {
+    pub(crate) fn permanent(what: &'static str, message: impl Into<String>) -> Self {
+        NatsError {
+            what,
+            message: message.into(),
+            transient: false,
+        }
+    }
+
+    pub(crate) fn transient(what: &'static str, message: impl Into<String>) -> Self {
+        NatsError {
+            what,
+            message: message.into(),
+            transient: true,
+        }
+    }
+
+    /// A failed connection to `servers`: wrong credentials or TLS settings
+    /// are permanent, a server that does not answer is transient.
+    pub(crate) fn connect(servers: &[String], e: &async_nats::ConnectError) -> Self {
+        let servers = servers.join(", ");
+        match e.kind() {
+            ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
+                Self::permanent(
+                    "connect",
+                    format!("{servers} refused the credentials (authorization violation: {e}); check the nats sink's user and password, token, nkey_seed_file or credentials_file"),
+                )
+            }
+            ConnectErrorKind::Tls => Self::permanent(
+                "connect",
+                format!("TLS with {servers} failed: {e}; check tls, tls_ca_file and the server's certificate (tls = \"verify-ca\" does not check the host name)"),
+            ),
+            ConnectErrorKind::ServerParse => Self::permanent(
+                "connect",
+                format!("servers {servers}: {e}; write them as nats://host:port or tls://host:port"),
+            ),
+            ConnectErrorKind::Dns
+            | ConnectErrorKind::TimedOut
+            | ConnectErrorKind::Io
+            | ConnectErrorKind::MaxReconnects => {
+                Self::transient("connect", format!("{servers} did not answer: {e}"))
+            }
+        }
+    }
+
+    /// A failed publish or PubAck.
+    pub(crate) fn publish(e: &async_nats::jetstream::context::PublishError, stream: &str) -> Self {
+        match e.kind() {
+            PublishErrorKind::MaxPayloadExceeded => Self::permanent(
+                "publish",
+                format!("{e}; raise max_payload on the NATS server, or leave large columns out of the publication"),
+            ),
+            PublishErrorKind::WrongLastMessageId => Self::transient(
+                "publish",
+                format!("{e}: a message before this one did not reach stream {stream}, so this one was refused to keep the order; replaying from the last acknowledged message. If this repeats, another publisher writes into the stream: a stream takes one pgcdc job's messages only"),
+            ),
+            PublishErrorKind::StreamNotFound => Self::transient(
+                "publish",
+                format!("{e} (no JetStream stream answered: the server is starting, or stream {stream} was deleted)"),
+            ),
+            PublishErrorKind::TimedOut
+            | PublishErrorKind::BrokenPipe
+            | PublishErrorKind::MaxAckPending
+            | PublishErrorKind::WrongLastSequence
+            | PublishErrorKind::Other => Self::transient("publish", e.to_string()),
+        }
+    }
+}

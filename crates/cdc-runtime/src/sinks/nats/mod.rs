@@ -1,0 +1,434 @@
+//! The NATS JetStream sink: every record a change event becomes is one
+//! message on a subject of its table, published exactly once.
+//!
+//! # Exactly once without a transaction
+//!
+//! * Every message carries `Nats-Msg-Id` = `{job}:{commit LSN}:{index}`
+//!   (with a suffix for the extra records of a delete's tombstone, a key
+//!   change, or a transaction boundary). A replay after a crash or an error
+//!   publishes the same ids, and JetStream drops the repeats within the
+//!   stream's duplicate window; the sink counts them
+//!   ([`NatsSink::duplicates`]).
+//! * Publishing is asynchronous, with at most
+//!   [`max_in_flight`](NatsSinkOptions::max_in_flight) publishes waiting for
+//!   their PubAck. [`flush`](Sink::flush) returns only when every message
+//!   has its PubAck, so a checkpoint never covers a message JetStream has
+//!   not stored.
+//! * Every message but the first after connecting carries
+//!   `Nats-Expected-Last-Msg-Id`, the id of the message before it. If a
+//!   message is lost in flight (a dropped connection, a server restart),
+//!   JetStream refuses every later one instead of storing it ahead of the
+//!   lost one; the sink reports a transient error, the pipeline
+//!   [resets](Sink::reset) it (a new connection) and replays from the last
+//!   acknowledged message. So the stream holds the job's messages in
+//!   commit order, each once — and a stream takes one job's messages only.
+//! * The job refuses to start when the checkpoint interval plus
+//!   [`DEDUPE_MARGIN`] is not shorter than the stream's duplicate window,
+//!   since a replay could then reach back past it.
+
+mod error;
+mod options;
+mod stream;
+mod subject;
+mod tls;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use async_nats::jetstream::{self, context::PublishAckFuture};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use crate::encoding::{DebeziumOptions, JsonEncoder, JsonFormat, Record, RecordPart};
+use crate::event::{ChangeEvent, Operation, TransactionStatus};
+
+use super::{Sink, SinkError};
+pub use error::NatsError;
+pub use options::{
+    NatsAuth, NatsSinkOptions, NatsStorage, NatsStreamOptions, NatsTls, NatsTlsMode, DEDUPE_MARGIN,
+    DEFAULT_SUBJECT,
+};
+pub use subject::TemplateError;
+use subject::{partition_of, SubjectTemplate};
+
+/// The header with the commit LSN of the record's transaction (`X/Y`).
+pub const HEADER_COMMIT_LSN: &str = "Pgcdc-Commit-Lsn";
+/// The header with the event's operation (`insert`, `update`, ...).
+pub const HEADER_OP: &str = "Pgcdc-Op";
+/// The header that marks a record other than the event's own change:
+/// `tombstone`, `key-delete`, `key-create`.
+pub const HEADER_RECORD: &str = "Pgcdc-Record";
+
+/// Publishes change events into a JetStream stream; see the
+/// [module docs](self).
+pub struct NatsSink {
+    options: NatsSinkOptions,
+    template: SubjectTemplate,
+    encoder: JsonEncoder,
+    /// The keys that pick partitions when the payload has none (plain format).
+    key_encoder: Option<JsonEncoder>,
+    /// Debezium `key`: payloads are `{"key":…,"value":…}`, with tombstones.
+    keyed: bool,
+    stream: String,
+    conn: Option<Connection>,
+    in_flight: VecDeque<PublishAckFuture>,
+    /// The id of the last message sent on this connection.
+    last_id: Option<String>,
+    duplicates: u64,
+    unlogged_duplicates: u64,
+    closed: bool,
+}
+
+struct Connection {
+    js: jetstream::Context,
+    /// Counts the client's disconnects: a PubAck awaited across one
+    /// will not come.
+    disconnects: watch::Receiver<u64>,
+    seen: u64,
+}
+
+impl std::fmt::Debug for NatsSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsSink")
+            .field("options", &self.options)
+            .field("stream", &self.stream)
+            .field("in_flight", &self.in_flight.len())
+            .field("duplicates", &self.duplicates)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsSink {
+    /// Connects, creates the stream if it is missing (and allowed) and
+    /// checks it: its subjects must cover the sink's, and its duplicate
+    /// window must outlast a replay (see [`DEDUPE_MARGIN`]).
+    pub async fn connect(options: NatsSinkOptions) -> Result<NatsSink, SinkError> {
+        let template = parse_template(&options)?;
+        let conn = connect(&options).await?;
+        let report = stream::ensure(&conn.js, &options, &template, false).await?;
+        tracing::info!("nats sink: {}", report.line);
+        let keyed = matches!(&options.format, JsonFormat::Debezium(d) if d.key);
+        let key_encoder = match (&options.format, options.partitions > 1) {
+            (JsonFormat::Plain, true) => Some(JsonEncoder::new(JsonFormat::Debezium(
+                DebeziumOptions::default(),
+            ))),
+            _ => None,
+        };
+        Ok(NatsSink {
+            encoder: JsonEncoder::new(options.format.clone()),
+            stream: options.stream_name(),
+            template,
+            key_encoder,
+            keyed,
+            conn: Some(conn),
+            in_flight: VecDeque::new(),
+            last_id: None,
+            duplicates: 0,
+            unlogged_duplicates: 0,
+            closed: false,
+            options,
+        })
+    }
+
+    /// What [`connect`](Self::connect) would do, without creating
+    /// anything: one line on the stream (for `pgcdc validate`), or the
+    /// error `connect` would stop with.
+    pub async fn plan(options: &NatsSinkOptions) -> Result<String, SinkError> {
+        let template = parse_template(options)?;
+        let conn = connect(options).await?;
+        Ok(stream::ensure(&conn.js, options, &template, true)
+            .await?
+            .line)
+    }
+
+    /// Messages JetStream dropped as repeats (a replay after a restart or
+    /// an error) since the sink was opened.
+    pub fn duplicates(&self) -> u64 {
+        self.duplicates
+    }
+
+    /// Publishes one record.
+    async fn publish(
+        &mut self,
+        record: &Record<'_>,
+        lines: &mut crate::encoding::LineEncoder<'_>,
+        subject: &mut String,
+        key: &mut Vec<u8>,
+    ) -> Result<(), SinkError> {
+        let ev = record.event;
+        let mut payload = Vec::with_capacity(256);
+        if self.keyed {
+            payload.extend_from_slice(b"{\"key\":");
+            self.encoder.write_key(record, &mut payload);
+            payload.extend_from_slice(b",\"value\":");
+            lines.write_value(record, &mut payload);
+            let at = payload.len();
+            payload.extend_from_slice(b",\"headers\":");
+            if !self.encoder.write_headers(record, &mut payload) {
+                payload.truncate(at);
+            }
+            payload.push(b'}');
+        } else {
+            lines.write_value(record, &mut payload);
+        }
+        // The subject.
+        match (&ev.op, &ev.table) {
+            (Operation::Transaction, _) => *subject = self.template.transaction_subject(),
+            (_, Some(table)) => {
+                let partition = if self.options.partitions > 1 {
+                    key.clear();
+                    let encoder = self.key_encoder.as_ref().unwrap_or(&self.encoder);
+                    match encoder.write_key(record, key) {
+                        true => partition_of(key, self.options.partitions),
+                        false => 0,
+                    }
+                } else {
+                    0
+                };
+                self.template
+                    .render(&table.schema, &table.table, partition, subject);
+            }
+            (_, None) => *subject = self.template.message_subject(),
+        }
+        let id = message_id(&self.options.job, record);
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", id.as_str());
+        if let Some(last) = &self.last_id {
+            headers.insert("Nats-Expected-Last-Msg-Id", last.as_str());
+        }
+        headers.insert(HEADER_COMMIT_LSN, ev.source.commit_lsn.to_string().as_str());
+        headers.insert(HEADER_OP, ev.op.name());
+        if let Some(part) = part_name(record.part) {
+            headers.insert(HEADER_RECORD, part);
+        }
+        let conn = self.conn.as_ref().ok_or(SinkError::Closed)?;
+        let ack = conn
+            .js
+            .send_publish(
+                subject.clone(),
+                jetstream::message::PublishMessage::build()
+                    .payload(Bytes::from(payload))
+                    .headers(headers),
+            )
+            .await
+            .map_err(|e| SinkError::Nats(NatsError::publish(&e, &self.stream)).at(ev))?;
+        self.last_id = Some(id);
+        self.in_flight.push_back(ack);
+        while self.in_flight.len() > self.options.max_in_flight.max(1) {
+            self.await_oldest().await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the oldest publish's PubAck.
+    async fn await_oldest(&mut self) -> Result<(), SinkError> {
+        let Some(ack) = self.in_flight.pop_front() else {
+            return Ok(());
+        };
+        let conn = self.conn.as_mut().ok_or(SinkError::Closed)?;
+        let seen = conn.seen;
+        let lost = conn.disconnects.wait_for(|n| *n != seen);
+        let result = tokio::select! {
+            biased;
+            r = ack => r,
+            _ = lost => {
+                return Err(SinkError::Nats(NatsError::transient(
+                    "publish",
+                    "the connection to NATS was lost with publishes in flight; reconnecting and replaying from the last acknowledged message",
+                )));
+            }
+        };
+        match result {
+            Ok(ack) if ack.duplicate => {
+                self.duplicates += 1;
+                self.unlogged_duplicates += 1;
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(SinkError::Nats(NatsError::publish(&e, &self.stream))),
+        }
+    }
+}
+
+/// `{job}:{commit LSN}:{index}`, and a suffix for the records an event
+/// becomes besides its own change.
+fn message_id(job: &str, record: &Record<'_>) -> String {
+    let ev = record.event;
+    let suffix = match (ev.op, record.part) {
+        (Operation::Transaction, _) => match ev.boundary.as_deref().map(|b| b.status) {
+            Some(TransactionStatus::End) => ":end",
+            _ => ":begin",
+        },
+        (_, RecordPart::Change) => "",
+        (_, RecordPart::Tombstone) => ":tombstone",
+        (_, RecordPart::KeyChangeDelete) => ":key-delete",
+        (_, RecordPart::KeyChangeCreate) => ":key-create",
+    };
+    format!("{job}:{}:{}{suffix}", ev.source.commit_lsn, ev.index)
+}
+
+fn part_name(part: RecordPart) -> Option<&'static str> {
+    match part {
+        RecordPart::Change => None,
+        RecordPart::Tombstone => Some("tombstone"),
+        RecordPart::KeyChangeDelete => Some("key-delete"),
+        RecordPart::KeyChangeCreate => Some("key-create"),
+    }
+}
+
+fn parse_template(options: &NatsSinkOptions) -> Result<SubjectTemplate, SinkError> {
+    if options.job.is_empty() || options.job.contains(['\r', '\n']) {
+        return Err(SinkError::Nats(NatsError::permanent(
+            "job",
+            format!("the job name {:?} cannot start a Nats-Msg-Id: it must be non-empty and on one line", options.job),
+        )));
+    }
+    SubjectTemplate::parse(&options.subject, &options.prefix, options.partitions)
+        .map_err(|e| SinkError::Nats(NatsError::permanent("subject", e.to_string())))
+}
+
+/// A client and a JetStream context for `options`.
+async fn connect(options: &NatsSinkOptions) -> Result<Connection, SinkError> {
+    use crate::sinks::nats::options::NatsAuth;
+    let servers = &options.servers;
+    let (tx, rx) = watch::channel(0u64);
+    let tx = Arc::new(tx);
+    let mut connect = async_nats::ConnectOptions::new()
+        .name("pgcdc")
+        .connection_timeout(options.ack_timeout)
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                match event {
+                    async_nats::Event::Disconnected => {
+                        tracing::warn!("nats sink: disconnected from the server");
+                        tx.send_modify(|n| *n += 1);
+                    }
+                    async_nats::Event::Connected => tracing::info!("nats sink: connected"),
+                    other => tracing::info!("nats sink: {other}"),
+                }
+            }
+        });
+    connect = match &options.auth {
+        NatsAuth::None => connect,
+        NatsAuth::UserPassword { user, password } => {
+            connect.user_and_password(user.clone(), password.clone())
+        }
+        NatsAuth::Token(token) => connect.token(token.clone()),
+        NatsAuth::NkeySeedFile(path) => {
+            let seed = tokio::fs::read_to_string(path).await.map_err(|e| {
+                SinkError::Nats(NatsError::permanent(
+                    "connect",
+                    format!("reading nkey_seed_file {}: {e}", path.display()),
+                ))
+            })?;
+            connect.nkey(seed.trim().to_owned())
+        }
+        NatsAuth::CredentialsFile(path) => connect.credentials_file(path).await.map_err(|e| {
+            SinkError::Nats(NatsError::permanent(
+                "connect",
+                format!("reading credentials_file {}: {e}", path.display()),
+            ))
+        })?,
+    };
+    if let Some(config) = tls::client_config(&options.tls)
+        .map_err(|e| SinkError::Nats(NatsError::permanent("connect", e)))?
+    {
+        connect = connect.require_tls(true).tls_client_config(config);
+    }
+    let addrs: Vec<async_nats::ServerAddr> = servers
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            SinkError::Nats(NatsError::permanent(
+                "connect",
+                format!(
+                    "servers {servers:?}: {e}; write them as nats://host:port or tls://host:port"
+                ),
+            ))
+        })?;
+    let client = connect
+        .connect(addrs)
+        .await
+        .map_err(|e| SinkError::Nats(NatsError::connect(servers, &e)))?;
+    let js = jetstream::ContextBuilder::new()
+        .timeout(options.ack_timeout)
+        .max_ack_inflight(options.max_in_flight.max(1) + 1)
+        .backpressure_on_inflight(true)
+        .build(client);
+    let seen = *rx.borrow();
+    Ok(Connection {
+        js,
+        disconnects: rx,
+        seen,
+    })
+}
+
+#[async_trait::async_trait]
+impl Sink for NatsSink {
+    async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
+        if self.closed {
+            return Err(SinkError::Closed);
+        }
+        let encoder = self.encoder.clone();
+        let mut lines = encoder.lines_at(encoder.now());
+        let mut subject = String::new();
+        let mut key = Vec::new();
+        for ev in batch {
+            for record in encoder.records(ev) {
+                if record.is_tombstone() && !self.keyed {
+                    continue;
+                }
+                self.publish(&record, &mut lines, &mut subject, &mut key)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        if self.closed {
+            return Err(SinkError::Closed);
+        }
+        while !self.in_flight.is_empty() {
+            self.await_oldest().await?;
+        }
+        if self.unlogged_duplicates > 0 {
+            tracing::info!(
+                stream = %self.stream,
+                total = self.duplicates,
+                "nats sink: JetStream dropped {} duplicate messages (a replay)",
+                self.unlogged_duplicates
+            );
+            self.unlogged_duplicates = 0;
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        if self.closed {
+            return Ok(());
+        }
+        let flushed = self.flush().await;
+        self.closed = true;
+        self.in_flight.clear();
+        self.conn = None;
+        flushed
+    }
+
+    fn can_reset(&self) -> bool {
+        true
+    }
+
+    async fn reset(&mut self) -> Result<(), SinkError> {
+        // What is in flight is replayed: the ids make repeats harmless.
+        self.in_flight.clear();
+        self.last_id = None;
+        self.conn = None;
+        self.conn = Some(connect(&self.options).await?);
+        self.closed = false;
+        Ok(())
+    }
+}

@@ -1,0 +1,197 @@
+//! The JetStream stream: created when missing, checked when present (its
+//! subjects must cover the sink's, and its duplicate window must outlast a
+//! replay).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, context::GetStreamErrorKind, stream};
+
+use super::error::NatsError;
+use super::options::{NatsSinkOptions, NatsStorage, DEDUPE_MARGIN};
+use super::subject::{covers, SubjectTemplate};
+use crate::encoding::JsonFormat;
+
+/// What was found (or done) about the stream.
+#[derive(Debug, Clone)]
+pub(crate) struct StreamReport {
+    /// One line for logs and `pgcdc validate`.
+    pub line: String,
+}
+
+/// Creates the stream if it is missing and allowed (`create`), and checks
+/// it. With `plan`, creates nothing and says what `run` would do.
+pub(crate) async fn ensure(
+    js: &jetstream::Context,
+    options: &NatsSinkOptions,
+    template: &SubjectTemplate,
+    plan: bool,
+) -> Result<StreamReport, NatsError> {
+    let name = options.stream_name();
+    let wanted = wanted_config(options, &name);
+    // Configured subjects must cover what the sink publishes, whether the
+    // stream exists or not.
+    let transactions = matches!(&options.format,
+        JsonFormat::Debezium(d) if d.provide_transaction_metadata);
+    check_subjects(
+        &name,
+        &wanted.subjects,
+        template,
+        transactions,
+        "sinks.stream.subjects",
+    )?;
+    let (config, verb) = match js.get_stream(&name).await {
+        Ok(s) => (s.cached_info().config.clone(), "exists"),
+        Err(e) if is_not_found(&e) => {
+            if !options.stream.create {
+                return Err(NatsError::permanent(
+                    "stream",
+                    format!("stream {name} does not exist; create it (subjects {:?}) or set create = true in [sinks.stream]", wanted.subjects),
+                ));
+            }
+            if plan {
+                (wanted.clone(), "will be created")
+            } else {
+                let info = js.create_stream(wanted.clone()).await.map_err(|e| {
+                    NatsError::permanent("stream", format!("creating stream {name}: {e}"))
+                })?;
+                (info.cached_info().config.clone(), "was created")
+            }
+        }
+        Err(e) => {
+            return Err(NatsError::transient(
+                "stream",
+                format!("looking up stream {name}: {e} (is JetStream enabled on the server? start it with -js)"),
+            ))
+        }
+    };
+    check_subjects(
+        &name,
+        &config.subjects,
+        template,
+        transactions,
+        "the stream's subjects",
+    )?;
+    check_window(&name, config.duplicate_window, options.checkpoint_interval)?;
+    if verb == "exists" && config.duplicate_window != wanted.duplicate_window {
+        tracing::info!(stream = %name, "the stream's duplicate_window is {} s, not the configured {} s; the stream's own setting applies", config.duplicate_window.as_secs(), wanted.duplicate_window.as_secs());
+    }
+    Ok(StreamReport {
+        line: format!(
+            "stream {name} {verb}: subjects {:?}, {} storage, {} replica(s), duplicate_window {} s",
+            config.subjects,
+            match config.storage {
+                stream::StorageType::File => "file",
+                stream::StorageType::Memory => "memory",
+            },
+            config.num_replicas,
+            config.duplicate_window.as_secs()
+        ),
+    })
+}
+
+fn wanted_config(options: &NatsSinkOptions, name: &str) -> stream::Config {
+    stream::Config {
+        name: name.to_owned(),
+        subjects: options.stream_subjects(),
+        storage: match options.stream.storage {
+            NatsStorage::File => stream::StorageType::File,
+            NatsStorage::Memory => stream::StorageType::Memory,
+        },
+        num_replicas: options.stream.replicas,
+        max_age: options.stream.max_age.unwrap_or(Duration::ZERO),
+        duplicate_window: options.stream.duplicate_window,
+        ..Default::default()
+    }
+}
+
+fn is_not_found(e: &async_nats::jetstream::context::GetStreamError) -> bool {
+    matches!(e.kind(), GetStreamErrorKind::JetStream(j)
+        if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
+}
+
+/// Every subject the sink publishes on must be in the stream.
+fn check_subjects(
+    name: &str,
+    subjects: &[String],
+    template: &SubjectTemplate,
+    transactions: bool,
+    whose: &str,
+) -> Result<(), NatsError> {
+    for pattern in template.patterns(transactions) {
+        if !subjects.iter().any(|s| covers(s, &pattern)) {
+            return Err(NatsError::permanent(
+                "stream",
+                format!("stream {name}: {whose} {subjects:?} do not cover {pattern:?}, which the sink publishes on; add it (or a wildcard such as \"{}.>\") to the stream's subjects, or change the sink's subject/prefix", pattern.split('.').next().unwrap_or(&pattern)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A replay after a crash republishes what the last checkpoint does not
+/// cover: up to one checkpoint interval of messages, plus the restart.
+/// JetStream drops those repeats only within its duplicate window.
+pub(crate) fn check_window(
+    name: &str,
+    window: Duration,
+    interval: Option<Duration>,
+) -> Result<(), NatsError> {
+    let interval = interval.unwrap_or(Duration::ZERO);
+    if interval + DEDUPE_MARGIN >= window {
+        return Err(NatsError::permanent(
+            "stream",
+            format!(
+                "stream {name} drops repeated messages for {} s (duplicate_window), but a replay after a crash can reach back the checkpoint interval ({} s) plus {} s for the restart: messages older than the window would be stored twice. Raise duplicate_window_secs in [sinks.stream] (an existing stream: `nats stream edit {name} --dupe-window`) above {} s, or lower checkpoint.interval_ms",
+                window.as_secs_f64(),
+                interval.as_secs_f64(),
+                DEDUPE_MARGIN.as_secs(),
+                (interval + DEDUPE_MARGIN).as_secs_f64()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_must_outlast_the_interval_and_the_margin() {
+        let w = Duration::from_secs(120);
+        assert!(check_window("S", w, Some(Duration::from_secs(30))).is_ok());
+        assert!(check_window("S", w, None).is_ok());
+        let e = check_window("S", w, Some(Duration::from_secs(60))).unwrap_err();
+        assert!(!e.transient);
+        assert!(e.message.contains("duplicate_window"), "{e}");
+        assert!(e.message.contains("checkpoint.interval_ms"), "{e}");
+        assert!(check_window("S", Duration::from_secs(30), None).is_err());
+    }
+
+    #[test]
+    fn subjects_that_miss_the_template_are_named() {
+        let t = SubjectTemplate::parse("{prefix}.{schema}.{table}", "cdc", 1).unwrap();
+        assert!(check_subjects("S", &["cdc.>".into()], &t, true, "x").is_ok());
+        let e = check_subjects("S", &["cdc.*.*".into()], &t, false, "x").unwrap_err();
+        assert!(e.message.contains("cdc.message"), "{e}");
+        assert!(check_subjects(
+            "S",
+            &["cdc.*.*".into(), "cdc.message".into()],
+            &t,
+            false,
+            "x"
+        )
+        .is_ok());
+        let e = check_subjects(
+            "S",
+            &["cdc.*.*".into(), "cdc.message".into()],
+            &t,
+            true,
+            "x",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("cdc.transaction"), "{e}");
+        let e = check_subjects("S", &["other.>".into()], &t, false, "x").unwrap_err();
+        assert!(e.message.contains("other.>"), "{e}");
+    }
+}
