@@ -331,3 +331,92 @@ fn the_debezium_section_takes_debeziums_names_and_sinks_take_key() {
     let bad = format!("{MINIMAL}\n[debezium]\n\"schemas.enable\" = 1\n");
     assert!(Config::parse(&bad).unwrap().check().is_err());
 }
+
+fn with_nats(sink: &str) -> Result<cdc_runtime::sinks::NatsSinkOptions, ConfigFileError> {
+    let text = format!(
+        r#"
+        [source]
+        database = "app"
+        user = "cdc"
+        tables = ["orders"]
+        slot = "s"
+        publication = "p"
+        [debezium]
+        "topic.prefix" = "app"
+        [[sinks]]
+        type = "nats"
+        {sink}
+        "#
+    );
+    let c = Config::parse(&text)?;
+    let SinkConfig::Nats(n) = &c.sinks[0] else {
+        panic!("not a nats sink: {:?}", c.sinks[0]);
+    };
+    n.options(&c.debezium.options()?)
+}
+
+#[test]
+fn a_nats_sink_takes_its_defaults_and_hides_its_secrets() {
+    use cdc_runtime::sinks::nats::{NatsAuth, NatsStorage, NatsTlsMode};
+    let o = with_nats("").unwrap();
+    assert_eq!(o.servers, ["nats://127.0.0.1:4222"]);
+    assert_eq!(o.subject, "{prefix}.{schema}.{table}");
+    assert_eq!(o.prefix, "app", "the prefix defaults to topic.prefix");
+    assert_eq!(o.stream_name(), "APP");
+    assert_eq!(o.stream_subjects(), ["app.>"]);
+    assert_eq!(o.stream.duplicate_window, Duration::from_secs(120));
+    assert_eq!(o.stream.storage, NatsStorage::File);
+    assert!(o.stream.create);
+    assert_eq!(o.max_in_flight, 4096);
+    assert!(matches!(o.auth, NatsAuth::None));
+    assert_eq!(o.tls.mode, NatsTlsMode::Disable);
+
+    let o = with_nats(
+        r#"user = "u"
+        password = "hunter2"
+        prefix = "x.y"
+        partitions = 4
+        subject = "{prefix}.{table}.{partition}"
+        tls = "verify-full"
+        tls_ca_file = "/ca.pem"
+        [sinks.stream]
+        name = "S"
+        storage = "memory"
+        duplicate_window_secs = 300"#,
+    )
+    .unwrap();
+    assert!(matches!(&o.auth, NatsAuth::UserPassword { user, .. } if user == "u"));
+    assert_eq!(o.partitions, 4);
+    assert_eq!(o.stream_name(), "S");
+    assert_eq!(o.stream.storage, NatsStorage::Memory);
+    assert_eq!(o.stream.duplicate_window, Duration::from_secs(300));
+    assert_eq!(o.tls.mode, NatsTlsMode::VerifyFull);
+    assert!(!format!("{o:?}").contains("hunter2"));
+}
+
+#[test]
+fn a_nats_sink_refuses_settings_that_cannot_work() {
+    for (sink, names) in [
+        (r#"user = "u""#, "password"),
+        (
+            r#"token = "t"
+            credentials_file = "/c.creds""#,
+            "one of",
+        ),
+        (r#"tls = "verify-ca""#, "tls_ca_file"),
+        (r#"tls_ca_file = "/ca.pem""#, "tls"),
+        (
+            r#"tls = "require"
+            tls_cert_file = "/c.pem""#,
+            "tls_key_file",
+        ),
+        ("max_in_flight = 0", "max_in_flight"),
+        ("servers = []", "servers"),
+        ("[sinks.stream]\nreplicas = 7", "replicas"),
+    ] {
+        let e = with_nats(sink).unwrap_err().to_string();
+        assert!(e.contains(names), "{sink}: {e}");
+    }
+    let e = with_nats("colour = 1").unwrap_err().to_string();
+    assert!(e.contains("colour"), "{e}");
+}
