@@ -37,6 +37,13 @@ impl NatsError {
     /// are permanent, a server that does not answer is transient.
     pub(crate) fn connect(servers: &[String], e: &async_nats::ConnectError) -> Self {
         let servers = servers.join(", ");
+        // async-nats reports a refused certificate as an IO error.
+        if let Some(tls) = rustls_cause(e) {
+            return Self::permanent(
+                "connect",
+                format!("TLS with {servers} failed: {tls}; check tls, tls_ca_file and the server's certificate (tls = \"verify-ca\" does not check the host name)"),
+            );
+        }
         match e.kind() {
             ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
                 Self::permanent(
@@ -83,4 +90,23 @@ impl NatsError {
             | PublishErrorKind::Other => Self::transient("publish", e.to_string()),
         }
     }
+}
+
+/// The rustls error somewhere in `e`'s sources (also inside an IO error).
+fn rustls_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|i| i.downcast_ref::<rustls::Error>())
+        {
+            return Some(inner);
+        }
+        next = err.source();
+    }
+    None
 }
