@@ -35,6 +35,7 @@ mod tls;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use async_nats::header::{self, HeaderName};
 use async_nats::jetstream::{self, context::PublishAckFuture};
 use async_nats::HeaderMap;
 use bytes::Bytes;
@@ -59,6 +60,10 @@ pub const HEADER_OP: &str = "Pgcdc-Op";
 /// The header that marks a record other than the event's own change:
 /// `tombstone`, `key-delete`, `key-create`.
 pub const HEADER_RECORD: &str = "Pgcdc-Record";
+
+const COMMIT_LSN: HeaderName = HeaderName::from_static(HEADER_COMMIT_LSN);
+const OP: HeaderName = HeaderName::from_static(HEADER_OP);
+const RECORD: HeaderName = HeaderName::from_static(HEADER_RECORD);
 
 /// Publishes change events into a JetStream stream; see the
 /// [module docs](self).
@@ -191,16 +196,17 @@ impl NatsSink {
             }
             (_, None) => *subject = self.template.message_subject(),
         }
-        let id = message_id(&self.options.job, record);
+        let lsn = ev.source.commit_lsn.to_string();
+        let id = message_id(&self.options.job, &lsn, record);
         let mut headers = HeaderMap::new();
-        headers.insert("Nats-Msg-Id", id.as_str());
+        headers.insert(header::NATS_MESSAGE_ID, id.as_str());
         if let Some(last) = &self.last_id {
-            headers.insert("Nats-Expected-Last-Msg-Id", last.as_str());
+            headers.insert(header::NATS_EXPECTED_LAST_MESSAGE_ID, last.as_str());
         }
-        headers.insert(HEADER_COMMIT_LSN, ev.source.commit_lsn.to_string().as_str());
-        headers.insert(HEADER_OP, ev.op.name());
+        headers.insert(COMMIT_LSN, lsn);
+        headers.insert(OP, ev.op.name());
         if let Some(part) = part_name(record.part) {
-            headers.insert(HEADER_RECORD, part);
+            headers.insert(RECORD, part);
         }
         let conn = self.conn.as_ref().ok_or(SinkError::Closed)?;
         let ack = conn
@@ -253,7 +259,7 @@ impl NatsSink {
 
 /// `{job}:{commit LSN}:{index}`, and a suffix for the records an event
 /// becomes besides its own change.
-fn message_id(job: &str, record: &Record<'_>) -> String {
+fn message_id(job: &str, commit_lsn: &str, record: &Record<'_>) -> String {
     let ev = record.event;
     let suffix = match (ev.op, record.part) {
         (Operation::Transaction, _) => match ev.boundary.as_deref().map(|b| b.status) {
@@ -265,7 +271,7 @@ fn message_id(job: &str, record: &Record<'_>) -> String {
         (_, RecordPart::KeyChangeDelete) => ":key-delete",
         (_, RecordPart::KeyChangeCreate) => ":key-create",
     };
-    format!("{job}:{}:{}{suffix}", ev.source.commit_lsn, ev.index)
+    format!("{job}:{commit_lsn}:{}{suffix}", ev.index)
 }
 
 fn part_name(part: RecordPart) -> Option<&'static str> {
