@@ -9,16 +9,29 @@
 //!
 //! * `pg_recvlogical --start --endpos <end> -f /dev/null` (pgoutput, `proto_version=1`);
 //! * pgcdc (the `cdc-runtime` pipeline, default options, no checkpoints) into the null sink
-//!   (decoding to change events only), into the null sink encoding Debezium JSON, and into
-//!   the file sink writing Debezium JSON lines; for the one-transaction workload also with
-//!   pgoutput `proto_version` 1 (the server holds the transaction until it commits) next to
-//!   the default (2 on PostgreSQL 14+: the server streams it while in progress and pgcdc
-//!   holds, or spills, it until it commits).
+//!   (decoding to change events only), into the null sink encoding Debezium JSON, into the
+//!   file sink writing Debezium JSON lines, and into the NATS JetStream sink publishing
+//!   Debezium JSON; for the one-transaction workload also with pgoutput `proto_version` 1
+//!   (the server holds the transaction until it commits) next to the default (2 on
+//!   PostgreSQL 14+: the server streams it while in progress and pgcdc holds, or spills,
+//!   it until it commits).
+//!
+//! The NATS sink is opened from a `[[sinks]]` entry of a `pgcdc.toml` text, as `pgcdc run`
+//! opens it (`type = "nats"`, one subject per table, `[sinks.stream]` with file storage and
+//! one replica, created by the sink). Each NATS run gets a `nats-server -js -a 127.0.0.1
+//! -p <free port> -sd <fresh directory>` of its own (`nats-server` on the `PATH` or in
+//! `/usr/sbin`, or `PGCDC_E2E_NATS_SERVER`) and a fresh stream; afterwards the bench reads
+//! the server's CPU (user + system, `/proc/<pid>/stat`) and peak RSS (`VmHWM`), checks
+//! that the stream holds exactly one message per row (the run fails otherwise), deletes
+//! the stream and stops the server. `PGCDC_E2E_NATS_INFLIGHT` sets the sink's
+//! `max_in_flight` (default [`NATS_IN_FLIGHT`]). The table gives the NATS rows' events/s
+//! against the file sink's on the same protocol.
 //!
 //! Every contender is a child process under `/usr/bin/time`, so wall time, client CPU
 //! (user + system) and peak RSS are measured the same way; pgcdc's child is this bench
 //! binary again, with `PGCDC_E2E_CONTENDER` set. Wall time counts from spawn to exit
-//! (connecting, streaming, and for the file sink the final fsync). Each contender runs
+//! (connecting, streaming, and for the file sink the final fsync, for the NATS sink the
+//! last acknowledgement). Each contender runs
 //! `PGCDC_BENCH_REPS` times (default 3), the order reversed on every other repetition;
 //! medians are printed as a markdown table.
 //!
@@ -29,14 +42,14 @@
 //! `PipelineOptions::read_pause` (for experiments). For instruction counts:
 //! `PGCDC_E2E_ONLY` (comma-separated labels: `recvlogical`, `null`, `debezium`, `file`,
 //! `filemetrics` (the file sink with metrics kept and encoded every second, as a scrape),
-//! `null1`, `file1` for proto 1) runs only those contenders, `PGCDC_E2E_SKIP_W2=1` skips
-//! W2, and `PGCDC_E2E_WRAP` (a command line, e.g. `valgrind --tool=callgrind
+//! `nats`, and `null1`, `file1`, `nats1` for proto 1) runs only those contenders,
+//! `PGCDC_E2E_SKIP_W2=1` skips W2, and `PGCDC_E2E_WRAP` (a command line, e.g. `valgrind --tool=callgrind
 //! --callgrind-out-file=/tmp/cg.%p`) runs each pgcdc child under that command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pgcdc_benches::{median, uptime};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cdc_core::Lsn;
@@ -47,11 +60,19 @@ use cdc_runtime::sinks::{FileSink, FileSinkOptions, NullSink, Sink};
 use integration_tests::{ClusterOptions, TestPostgres};
 use tokio_postgres::Client;
 
-/// Set in the child: which pgcdc sink to run (`null`, `debezium`, `file`).
+/// Set in the child: which pgcdc sink to run (`null`, `debezium`, `file`, `nats`).
 const CHILD_ENV: &str = "PGCDC_E2E_CONTENDER";
 const TIME: &str = "/usr/bin/time";
 /// A single run taking longer than this is a failure.
 const RUN_TIMEOUT: Duration = Duration::from_secs(900);
+/// The NATS contender's subject prefix (its stream takes `e2e.>`).
+const NATS_PREFIX: &str = "e2e";
+/// The NATS contender's `max_in_flight` unless `PGCDC_E2E_NATS_INFLIGHT` sets it.
+const NATS_IN_FLIGHT: usize = 4096;
+
+fn nats_in_flight() -> usize {
+    env_usize("PGCDC_E2E_NATS_INFLIGHT", NATS_IN_FLIGHT)
+}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -123,6 +144,7 @@ async fn pgcdc_contender(kind: &str) {
             .await
             .unwrap(),
         ),
+        "nats" => nats_sink().await,
         other => panic!("unknown contender {other}"),
     };
     let pipeline = Pipeline::new(options, vec![sink]);
@@ -146,6 +168,57 @@ async fn pgcdc_contender(kind: &str) {
     let _ = stop.send(());
     let last = run.await.unwrap().unwrap();
     println!("{}", last.events);
+}
+
+/// The NATS JetStream sink as `pgcdc run` opens it: from a `[[sinks]]` entry of a
+/// `pgcdc.toml` (Debezium JSON, one subject per table, a fresh file-storage stream of
+/// one replica that the sink creates). `max_in_flight` is `PGCDC_E2E_NATS_INFLIGHT`; the
+/// message ids start with the slot's name, as a job without checkpoints has them.
+async fn nats_sink() -> Box<dyn Sink> {
+    let text = format!(
+        r#"
+[source]
+host = "127.0.0.1"
+port = {port}
+user = "postgres"
+database = "{db}"
+slot = "{slot}"
+publication = "{publication}"
+tables = ["{table}"]
+
+[[sinks]]
+type = "nats"
+servers = ["{url}"]
+subject = "{{prefix}}.{{schema}}.{{table}}"
+prefix = "{NATS_PREFIX}"
+format = "debezium"
+max_in_flight = {in_flight}
+job = "{slot}"
+
+[sinks.stream]
+name = "{stream}"
+create = true
+subjects = ["{NATS_PREFIX}.>"]
+storage = "file"
+replicas = 1
+"#,
+        port = child_env("PGCDC_E2E_PORT"),
+        db = child_env("PGCDC_E2E_DB"),
+        slot = child_env("PGCDC_E2E_SLOT"),
+        publication = child_env("PGCDC_E2E_PUB"),
+        table = child_env("PGCDC_E2E_TABLE"),
+        url = child_env("PGCDC_E2E_NATS_URL"),
+        stream = child_env("PGCDC_E2E_NATS_STREAM"),
+        in_flight = nats_in_flight(),
+    );
+    let config = pgcdc::config::Config::parse(&text).unwrap();
+    config.check().unwrap();
+    let options = config.sinks[0]
+        .options(&config.debezium.options().unwrap())
+        .unwrap();
+    cdc_runtime::sinks::open_sink(&options, &child_env("PGCDC_E2E_SLOT"), None)
+        .await
+        .unwrap()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -173,16 +246,24 @@ impl Contender {
         }
     }
 
+    fn is_nats(self) -> bool {
+        matches!(self, Contender::Pgcdc { sink: "nats", .. })
+    }
+
     fn label(self) -> String {
         match self {
             Contender::Recvlogical => "pg_recvlogical (proto 1, to /dev/null)".into(),
             Contender::Pgcdc { sink, proto } => {
                 let what = match sink {
-                    "null" => "null sink (decode only)",
-                    "debezium" => "null sink, Debezium JSON encoded",
-                    "file" => "file sink, Debezium JSON",
-                    "filemetrics" => "file sink, Debezium JSON, metrics scraped every 1 s",
-                    other => other,
+                    "null" => "null sink (decode only)".to_owned(),
+                    "debezium" => "null sink, Debezium JSON encoded".to_owned(),
+                    "file" => "file sink, Debezium JSON".to_owned(),
+                    "filemetrics" => "file sink, Debezium JSON, metrics scraped every 1 s".to_owned(),
+                    "nats" => format!(
+                        "NATS JetStream sink (file storage, 1 replica), Debezium JSON, max_in_flight {}",
+                        nats_in_flight()
+                    ),
+                    other => other.to_owned(),
                 };
                 match proto {
                     Some(v) => format!("pgcdc {what}, proto {v}"),
@@ -199,6 +280,8 @@ struct Sample {
     wall: f64,
     cpu: f64,
     peak_kb: f64,
+    /// The NATS contender's server: CPU seconds and peak RSS over its life.
+    server: Option<(f64, f64)>,
 }
 
 struct Target<'a> {
@@ -208,6 +291,8 @@ struct Target<'a> {
     end: Lsn,
     recvlogical: &'a Path,
     work: &'a Path,
+    /// The captured table (`public.<table>`).
+    table: &'a str,
 }
 
 /// Runs `cmd` under `/usr/bin/time`, waiting at most [`RUN_TIMEOUT`]; returns the sample
@@ -253,6 +338,7 @@ fn measure(cmd: Command, label: &str) -> (Sample, String) {
         wall,
         cpu: f[1] + f[2],
         peak_kb: f[3],
+        server: None,
     };
     (sample, String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -298,7 +384,8 @@ fn contender_command(c: Contender, t: &Target<'_>, slot: &str) -> Command {
                 .env("PGCDC_E2E_SLOT", slot)
                 .env("PGCDC_E2E_PUB", t.publication)
                 .env("PGCDC_E2E_END", t.end.to_string())
-                .env("PGCDC_E2E_WORK", t.work);
+                .env("PGCDC_E2E_WORK", t.work)
+                .env("PGCDC_E2E_TABLE", t.table);
             match proto {
                 Some(v) => cmd.env("PGCDC_E2E_PROTO", v.to_string()),
                 None => cmd.env_remove("PGCDC_E2E_PROTO"),
@@ -306,6 +393,143 @@ fn contender_command(c: Contender, t: &Target<'_>, slot: &str) -> Command {
             cmd
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The NATS contender's server.
+
+/// A `nats-server -js` of the bench's own, started for one NATS run with a fresh store
+/// directory, so each run's server CPU, peak RSS and disk start from nothing. Killed
+/// (and its directory removed) on drop.
+struct NatsServer {
+    child: std::process::Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl NatsServer {
+    fn start(dir: PathBuf) -> NatsServer {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(dir.join("nats-server.log")).unwrap();
+        let child = Command::new(nats_server_path())
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(dir.join("store"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn nats-server");
+        let mut server = NatsServer { child, port, dir };
+        // Up once it accepts connections (JetStream is enabled before the client
+        // listener opens).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let exited = server.child.try_wait().unwrap();
+            if exited.is_some() || Instant::now() > deadline {
+                let log =
+                    std::fs::read_to_string(server.dir.join("nats-server.log")).unwrap_or_default();
+                panic!("nats-server on port {port} did not start ({exited:?}):\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(self.child.id())
+    }
+
+    /// Peak resident memory so far (`VmHWM`), kB.
+    fn peak_kb(&self) -> f64 {
+        status_kb(self.child.id(), "VmHWM")
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `PGCDC_E2E_NATS_SERVER`, else `nats-server` on the `PATH` or in `/usr/sbin`.
+fn nats_server_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("PGCDC_E2E_NATS_SERVER") {
+        return path.into();
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
+        .map(|dir| dir.join("nats-server"))
+        .find(|path| path.exists())
+        .expect(
+            "nats-server not found: install it, set PGCDC_E2E_NATS_SERVER, \
+             or leave the nats contenders out with PGCDC_E2E_ONLY",
+        )
+}
+
+/// User + system CPU seconds of process `pid` (all threads), from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command name in parentheses: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / clock_ticks()
+}
+
+/// `getconf CLK_TCK` (100 on Linux).
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// A `/proc/<pid>/status` value in kB (`VmHWM`, `VmRSS`).
+fn status_kb(pid: u32, key: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// Deletes the run's stream after checking that it holds exactly one message per row
+/// (panics if not); returns the bytes it held.
+async fn check_stream(url: &str, stream: &str, rows: usize, label: &str) -> u64 {
+    let client = async_nats::connect(url).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let state = js
+        .get_stream(stream)
+        .await
+        .unwrap_or_else(|e| panic!("{label}: stream {stream}: {e}"))
+        .info()
+        .await
+        .unwrap()
+        .state
+        .clone();
+    js.delete_stream(stream).await.unwrap();
+    assert_eq!(
+        state.messages, rows as u64,
+        "{label}: stream {stream} holds {} messages for {rows} rows",
+        state.messages
+    );
+    state.bytes
 }
 
 async fn end_lsn(client: &Client) -> Lsn {
@@ -322,6 +546,8 @@ struct Row {
     wall: f64,
     cpu: f64,
     peak_mb: f64,
+    /// The NATS contender's server: CPU seconds and peak MB.
+    server: Option<(f64, f64)>,
 }
 
 /// Runs every contender `reps` times on copies of `slot`; returns the medians.
@@ -345,6 +571,7 @@ async fn compare(
         .collect();
     let contenders = &contenders[..];
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); contenders.len()];
+    let mut runs = 0;
     for rep in 0..reps {
         let mut order: Vec<usize> = (0..contenders.len()).collect();
         if rep % 2 == 1 {
@@ -364,8 +591,18 @@ async fn compare(
             std::fs::create_dir_all(t.work).unwrap();
             let label = format!("{workload} / {}", c.label());
             eprintln!("{label}: rep {}", rep + 1);
-            let cmd = contender_command(c, t, &copy);
-            let (sample, out) = tokio::task::block_in_place(|| measure(cmd, &label));
+            let mut cmd = contender_command(c, t, &copy);
+            // A server of its own for each NATS run, with a fresh stream (the sink
+            // creates it).
+            let nats = c.is_nats().then(|| {
+                let stream = format!("E2E_{}_{}", std::process::id(), runs);
+                let server = NatsServer::start(t.work.with_extension("nats"));
+                cmd.env("PGCDC_E2E_NATS_URL", server.url())
+                    .env("PGCDC_E2E_NATS_STREAM", &stream);
+                (server, stream)
+            });
+            runs += 1;
+            let (mut sample, out) = tokio::task::block_in_place(|| measure(cmd, &label));
             if let Contender::Pgcdc { .. } = c {
                 let events: usize = out.trim().parse().unwrap();
                 assert_eq!(events, rows, "{label}: every row is one event");
@@ -376,6 +613,17 @@ async fn compare(
                 sample.cpu,
                 sample.peak_kb / 1024.0
             );
+            if let Some((server, stream)) = nats {
+                // Read before the checks below add their own work.
+                let (cpu, peak_kb) = (server.cpu_seconds(), server.peak_kb());
+                sample.server = Some((cpu, peak_kb));
+                let bytes = check_stream(&server.url(), &stream, rows, &label).await;
+                eprintln!(
+                    "  nats-server: {cpu:.2} s CPU, {:.0} MB; stream {stream}: {rows} messages, {:.0} MB",
+                    peak_kb / 1024.0,
+                    bytes as f64 / 1e6
+                );
+            }
             samples[i].push(sample);
             client
                 .execute("SELECT pg_drop_replication_slot($1)", &[&copy])
@@ -393,6 +641,13 @@ async fn compare(
             wall: median(s.iter().map(|x| x.wall).collect()),
             cpu: median(s.iter().map(|x| x.cpu).collect()),
             peak_mb: median(s.iter().map(|x| x.peak_kb / 1024.0).collect()),
+            server: s.iter().all(|x| x.server.is_some()).then(|| {
+                let server = || s.iter().filter_map(|x| x.server);
+                (
+                    median(server().map(|(cpu, _)| cpu).collect()),
+                    median(server().map(|(_, kb)| kb / 1024.0).collect()),
+                )
+            }),
         })
         .collect()
 }
@@ -464,6 +719,7 @@ async fn run() {
         end,
         recvlogical: &recvlogical,
         work: &work,
+        table: "w1",
     };
     let w1 = format!("W1: {w1_rows} rows, 1 txn");
     table.extend(
@@ -478,8 +734,10 @@ async fn run() {
                 pgcdc("null", None),
                 pgcdc("debezium", None),
                 pgcdc("file", None),
+                pgcdc("nats", None),
                 pgcdc("null", Some(1)),
                 pgcdc("file", Some(1)),
+                pgcdc("nats", Some(1)),
             ],
             reps,
         )
@@ -514,6 +772,7 @@ async fn run() {
         let target = Target {
             publication: &w2_pub,
             end,
+            table: "w2",
             ..target
         };
         table.extend(
@@ -529,6 +788,7 @@ async fn run() {
                     pgcdc("debezium", None),
                     pgcdc("file", None),
                     pgcdc("filemetrics", None),
+                    pgcdc("nats", None),
                 ],
                 reps,
             )
@@ -538,23 +798,42 @@ async fn run() {
 
     let load = uptime();
     println!();
-    println!("| workload | contender | events/s | vs pg_recvlogical | client CPU s | vs pg_recvlogical | peak MB |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| workload | contender | events/s | vs pg_recvlogical | vs file sink | client CPU s | vs pg_recvlogical | peak MB | nats-server CPU s | nats-server peak MB |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (workload, rows) in [(&w1, w1_rows), (&w2, w2_rows)] {
         let ours: Vec<&Row> = table.iter().filter(|r| &r.workload == workload).collect();
         let base = ours.iter().find(|r| r.contender == Contender::Recvlogical);
         // Without pg_recvlogical in the run (`PGCDC_E2E_ONLY`) there are no ratios.
         let ratio = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{x:.2}x"));
+        let either =
+            |x: Option<f64>, digits: usize| x.map_or("-".to_owned(), |x| format!("{x:.digits$}"));
         for r in &ours {
+            // The NATS sink against the file sink on the same protocol.
+            let file = match r.contender {
+                Contender::Pgcdc {
+                    sink: "nats",
+                    proto,
+                } => ours.iter().find(|f| {
+                    f.contender
+                        == Contender::Pgcdc {
+                            sink: "file",
+                            proto,
+                        }
+                }),
+                _ => None,
+            };
             println!(
-                "| {} | {} | {:.0} | {} | {:.2} | {} | {:.0} |",
+                "| {} | {} | {:.0} | {} | {} | {:.2} | {} | {:.0} | {} | {} |",
                 r.workload,
                 r.contender.label(),
                 rows as f64 / r.wall,
                 ratio(base.map(|b| b.wall / r.wall)),
+                ratio(file.map(|f| f.wall / r.wall)),
                 r.cpu,
                 ratio(base.map(|b| r.cpu / b.cpu)),
-                r.peak_mb
+                r.peak_mb,
+                either(r.server.map(|(cpu, _)| cpu), 2),
+                either(r.server.map(|(_, mb)| mb), 0),
             );
         }
     }
