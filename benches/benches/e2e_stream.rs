@@ -24,7 +24,8 @@
 //! the server's CPU (user + system, `/proc/<pid>/stat`) and peak RSS (`VmHWM`), checks
 //! that the stream holds exactly one message per row (the run fails otherwise), deletes
 //! the stream and stops the server. `PGCDC_E2E_NATS_INFLIGHT` sets the sink's
-//! `max_in_flight` (default [`NATS_IN_FLIGHT`]). The table gives the NATS rows' events/s
+//! `max_in_flight` (default [`NATS_IN_FLIGHT`]); `PGCDC_E2E_NATS_ARGS` adds arguments to
+//! the server's command line (e.g. `--profile 6060` for Go's pprof endpoint). The table gives the NATS rows' events/s
 //! against the file sink's on the same protocol.
 //!
 //! Every contender is a child process under `/usr/bin/time`, so wall time, client CPU
@@ -420,6 +421,11 @@ impl NatsServer {
         let child = Command::new(nats_server_path())
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
             .arg(dir.join("store"))
+            .args(
+                std::env::var("PGCDC_E2E_NATS_ARGS")
+                    .unwrap_or_default()
+                    .split_whitespace(),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -595,7 +601,7 @@ async fn compare(
             // A server of its own for each NATS run, with a fresh stream (the sink
             // creates it).
             let nats = c.is_nats().then(|| {
-                let stream = format!("E2E_{}_{}", std::process::id(), runs);
+                let stream = format!("E2E_{}_{}_{runs}", t.table, std::process::id());
                 let server = NatsServer::start(t.work.with_extension("nats"));
                 cmd.env("PGCDC_E2E_NATS_URL", server.url())
                     .env("PGCDC_E2E_NATS_STREAM", &stream);
