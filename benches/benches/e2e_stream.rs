@@ -25,16 +25,15 @@
 //! that the stream holds exactly one message per row (the run fails otherwise), deletes
 //! the stream and stops the server. `PGCDC_E2E_NATS_INFLIGHT` sets the sink's
 //! `max_in_flight` (default [`NATS_IN_FLIGHT`]); `PGCDC_E2E_NATS_ARGS` adds arguments to
-//! the server's command line (e.g. `--profile 6060` for Go's pprof endpoint). The table gives the NATS rows' events/s
-//! against the file sink's on the same protocol.
+//! the server's command line (e.g. `--profile 6060` for Go's pprof endpoint). The table
+//! gives the NATS rows' events/s against the file sink's on the same protocol.
 //!
 //! Every contender is a child process under `/usr/bin/time`, so wall time, client CPU
 //! (user + system) and peak RSS are measured the same way; pgcdc's child is this bench
 //! binary again, with `PGCDC_E2E_CONTENDER` set. Wall time counts from spawn to exit
 //! (connecting, streaming, and for the file sink the final fsync, for the NATS sink the
-//! last acknowledgement). Each contender runs
-//! `PGCDC_BENCH_REPS` times (default 3), the order reversed on every other repetition;
-//! medians are printed as a markdown table.
+//! last acknowledgement). Each contender runs `PGCDC_BENCH_REPS` times (default 3), the
+//! order reversed on every other repetition; medians are printed as a markdown table.
 //!
 //! `cargo bench -p pgcdc-benches --bench e2e_stream`. Sizes: `PGCDC_E2E_W1_ROWS` (default
 //! 1,000,000 rows in one transaction), `PGCDC_E2E_W2_TXNS` and `PGCDC_E2E_W2_ROWS_PER_TXN`
@@ -44,8 +43,9 @@
 //! `PGCDC_E2E_ONLY` (comma-separated labels: `recvlogical`, `null`, `debezium`, `file`,
 //! `filemetrics` (the file sink with metrics kept and encoded every second, as a scrape),
 //! `nats`, and `null1`, `file1`, `nats1` for proto 1) runs only those contenders,
-//! `PGCDC_E2E_SKIP_W2=1` skips W2, and `PGCDC_E2E_WRAP` (a command line, e.g. `valgrind --tool=callgrind
-//! --callgrind-out-file=/tmp/cg.%p`) runs each pgcdc child under that command.
+//! `PGCDC_E2E_SKIP_W2=1` skips W2, and `PGCDC_E2E_WRAP` (a command line, e.g. `valgrind
+//! --tool=callgrind --callgrind-out-file=/tmp/cg.%p`) runs each pgcdc child under that
+//! command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pgcdc_benches::{median, uptime};
