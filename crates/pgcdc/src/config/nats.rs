@@ -158,7 +158,7 @@ fn yes() -> bool {
     true
 }
 fn default_in_flight() -> usize {
-    4096
+    1024
 }
 fn default_ack_timeout() -> u64 {
     10

@@ -367,7 +367,7 @@ fn a_nats_sink_takes_its_defaults_and_hides_its_secrets() {
     assert_eq!(o.stream.duplicate_window, Duration::from_secs(120));
     assert_eq!(o.stream.storage, NatsStorage::File);
     assert!(o.stream.create);
-    assert_eq!(o.max_in_flight, 4096);
+    assert_eq!(o.max_in_flight, 1024);
     assert!(matches!(o.auth, NatsAuth::None));
     assert_eq!(o.tls.mode, NatsTlsMode::Disable);
 

@@ -47,7 +47,7 @@ pub struct NatsSinkOptions {
 impl NatsSinkOptions {
     /// Defaults: `nats://127.0.0.1:4222`, no auth or TLS, the default
     /// subject with prefix `pgcdc`, one partition, the Debezium format, a
-    /// window of 4,096 publishes, 10 s ack timeout, stream `PGCDC`.
+    /// window of 1,024 publishes, 10 s ack timeout, stream `PGCDC`.
     pub fn new(job: impl Into<String>, format: JsonFormat) -> Self {
         NatsSinkOptions {
             servers: vec!["nats://127.0.0.1:4222".to_owned()],
@@ -57,7 +57,7 @@ impl NatsSinkOptions {
             prefix: "pgcdc".to_owned(),
             partitions: 1,
             format,
-            max_in_flight: 4096,
+            max_in_flight: 1024,
             ack_timeout: Duration::from_secs(10),
             job: job.into(),
             stream: NatsStreamOptions::default(),
