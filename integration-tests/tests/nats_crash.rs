@@ -103,6 +103,10 @@ async fn nats_sigkill_torture_exactly_once_in_the_stream() {
 [pipeline]
 status_interval_secs = 1
 
+# The table starts empty: no snapshot beside the first writes.
+[snapshot]
+mode = "latest"
+
 [[sinks]]
 type = "nats"
 servers = [{url:?}]

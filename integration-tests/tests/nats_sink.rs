@@ -57,12 +57,14 @@ impl Names {
     }
 }
 
-/// `[source]` over `tables` and `[checkpoint]` (every 200 ms), for job
-/// `names.name`; the sinks and other sections are appended by the test.
+/// `[source]` over `tables`, no initial snapshot (the tables start empty;
+/// a snapshot running beside the first writes would add `r` records of
+/// them), and `[checkpoint]` (every 200 ms), for job `names.name`; the
+/// sinks and other sections are appended by the test.
 fn base_toml(db: &TestDatabase, tables: &[&str], names: &Names) -> String {
     let source = db.source_toml(tables, &names.name, &format!("{}_pub", names.name));
     format!(
-        "{source}\n[checkpoint]\njob = {job:?}\ninterval_ms = 200\n",
+        "{source}\n[snapshot]\nmode = \"latest\"\n\n[checkpoint]\njob = {job:?}\ninterval_ms = 200\n",
         job = names.name
     )
 }
@@ -138,6 +140,12 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// The error that keeps the job of `text` from starting (at parsing,
 /// checking or running it); panics if it starts streaming instead.
 async fn refusal(text: &str) -> String {
+    let err = refused(text).await;
+    eprintln!("refused: {err}");
+    err
+}
+
+async fn refused(text: &str) -> String {
     init_logging();
     let config = match Config::parse(text) {
         Ok(c) => c,
@@ -173,18 +181,41 @@ async fn streaming(db: &TestDatabase, names: &Names) {
     .await;
 }
 
-/// Waits until stream `name` holds `n` messages, then reads them all.
+/// Waits until stream `name` holds `n` messages, then reads them all;
+/// on a timeout, panics listing what it holds.
 async fn wait_for_messages(js: &jetstream::Context, name: &str, n: u64) -> Vec<StoredMessage> {
-    eventually(
-        &format!("{n} messages in stream {name}"),
-        TIMEOUT,
-        || async {
-            let len = stream_len(js, name).await.unwrap()?;
-            (len >= n).then_some(())
-        },
-    )
-    .await;
-    read_stream(js, name).await.unwrap()
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let len = stream_len(js, name).await.unwrap().unwrap_or(0);
+        if len >= n {
+            return read_stream(js, name).await.unwrap();
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let held = read_stream(js, name).await.unwrap_or_default();
+            panic!(
+                "timed out waiting for {n} messages in stream {name}; it holds {len}:\n{}",
+                listing(&held)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// One line per message: sequence, subject, `Nats-Msg-Id`, payload.
+fn listing(messages: &[StoredMessage]) -> String {
+    messages
+        .iter()
+        .map(|m| {
+            format!(
+                "{} {} {:?} {}",
+                m.sequence,
+                m.subject,
+                m.header("Nats-Msg-Id"),
+                String::from_utf8_lossy(&m.payload)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Drops the replication slot of a finished job (slots are the cluster's).
@@ -464,20 +495,21 @@ async fn create_tables(db: &TestDatabase) {
 /// BEGIN/END records.
 async fn workload(db: &TestDatabase) -> Vec<Want> {
     let client = db.connect().await.unwrap();
-    client
-        .batch_execute(
-            "BEGIN;
-             INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 8) g;
-             INSERT INTO \"order lines>50%\" VALUES (1, 10), (2, 20);
-             COMMIT;
-             UPDATE items SET name = 'renamed' WHERE id = 2;
-             DELETE FROM items WHERE id = 3;
-             UPDATE items SET id = 100 WHERE id = 4;
-             UPDATE \"order lines>50%\" SET qty = qty + 1;
-             DELETE FROM \"order lines>50%\" WHERE id = 1;",
-        )
-        .await
-        .unwrap();
+    // One transaction per statement (a multi-statement string would be one
+    // implicit transaction).
+    for sql in [
+        "BEGIN;
+         INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 8) g;
+         INSERT INTO \"order lines>50%\" VALUES (1, 10), (2, 20);
+         COMMIT;",
+        "UPDATE items SET name = 'renamed' WHERE id = 2",
+        "DELETE FROM items WHERE id = 3",
+        "UPDATE items SET id = 100 WHERE id = 4",
+        "UPDATE \"order lines>50%\" SET qty = qty + 1",
+        "DELETE FROM \"order lines>50%\" WHERE id = 1",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
     let mut want = vec![Want::Begin];
     want.extend((1..=8).map(|i| change(ITEMS, "c", i)));
     want.extend([change(ODD, "c", 1), change(ODD, "c", 2), Want::End]);
@@ -846,7 +878,7 @@ async fn dotted_schema_and_table_names_are_percent_encoded() {
         .unwrap();
     let messages = wait_for_messages(&js, &names.stream, 1).await;
     stop(run).await;
-    assert_eq!(messages.len(), 1);
+    assert_eq!(messages.len(), 1, "{}", listing(&messages));
     assert_eq!(
         messages[0].subject,
         format!("{}.sales%2Eeu.my%2Etable", names.name)
@@ -1129,7 +1161,7 @@ async fn a_duplicate_window_shorter_than_the_checkpoint_interval_is_refused() {
     );
     // The default checkpoint interval (30 s).
     let text = format!(
-        "{source}\n[checkpoint]\njob = {:?}\n{}",
+        "{source}\n[snapshot]\nmode = \"latest\"\n\n[checkpoint]\njob = {:?}\n{}",
         names.name,
         nats_sink_toml(nats.url(), &names, "", "duplicate_window_secs = 30"),
     );
@@ -1250,7 +1282,8 @@ async fn server_restarts_mid_stream_lose_and_duplicate_nothing() {
     let twice: Vec<_> = count.iter().filter(|(_, &n)| n > 1).collect();
     assert!(
         twice.is_empty(),
-        "rows stored more than once (id, times): {twice:?}"
+        "rows stored more than once (id, times): {twice:?}; the first 20 messages:\n{}",
+        listing(&messages[..messages.len().min(20)])
     );
     let missing: Vec<i64> = inserted
         .iter()
