@@ -11,10 +11,14 @@
 //!
 //! Network faults between pgcdc and a server come from a [`FaultProxy`]
 //! (drop connections, blackhole, throttle).
+//!
+//! The NATS sink's tests run their own `nats-server -js` or share one
+//! ([`nats`]).
 #![forbid(unsafe_code)]
 
 mod cli;
 mod fault_proxy;
+pub mod nats;
 mod support;
 
 pub use cli::{pgcdc_binary, run_pgcdc, Pgcdc};
