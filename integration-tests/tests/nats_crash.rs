@@ -348,10 +348,15 @@ interval_ms = 200
     );
     eprintln!(
         "nats crash: {KILLS} kills, {} changes, {} messages in the stream, {dropped} duplicates \
-         dropped by JetStream ({dropped_lines} log lines), {:?}",
+         dropped by JetStream ({dropped_lines} log lines), {:?} ({})",
         changes.len(),
         messages.len(),
-        started.elapsed()
+        started.elapsed(),
+        if nats.is_own() {
+            "a nats-server of its own"
+        } else {
+            "the shared nats-server"
+        }
     );
     assert!(delete_stream(&js, &stream).await.unwrap());
     let _ = client

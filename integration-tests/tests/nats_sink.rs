@@ -1178,6 +1178,94 @@ async fn a_duplicate_window_shorter_than_the_checkpoint_interval_is_refused() {
     drop_slot(&db, &names).await;
 }
 
+/// `pgcdc validate` connects to the NATS server and fails on the stream
+/// checks `pgcdc run` would refuse (subjects not covered, a short
+/// duplicate window), and says what it would do with a good stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_checks_the_stream() {
+    let nats = TestNats::new().await.unwrap();
+    let js = nats.jetstream().await.unwrap();
+    let db = TestPostgres::new_database().await.unwrap();
+    create_tables(&db).await;
+    let dir = integration_tests::TempDir::new("nats-validate");
+    let validate = |text: String, file: &str| {
+        let path = dir.path().join(file);
+        std::fs::write(&path, text).unwrap();
+        async move {
+            let out = integration_tests::run_pgcdc(
+                &["validate", "--config", path.to_str().unwrap()],
+                TIMEOUT,
+            )
+            .await
+            .unwrap();
+            (
+                out.status,
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+
+    // Subjects not covered.
+    let names = Names::new("nats_val_mismatch");
+    let other = format!("other_{}.>", names.name);
+    create_stream(&js, &names.stream, &[&other]).await.unwrap();
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(nats.url(), &names, "", ""),
+    );
+    let (status, _, stderr) = validate(text, "mismatch.toml").await;
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&names.stream) && stderr.contains(&other),
+        "validate names the stream and its subjects: {stderr}"
+    );
+    assert!(delete_stream(&js, &names.stream).await.unwrap());
+
+    // A duplicate window shorter than a replay (default 30 s interval).
+    let names = Names::new("nats_val_window");
+    let source = db.source_toml(
+        &["public.items"],
+        &names.name,
+        &format!("{}_pub", names.name),
+    );
+    let text = format!(
+        "{source}\n[checkpoint]\njob = {:?}\n{}",
+        names.name,
+        nats_sink_toml(nats.url(), &names, "", "duplicate_window_secs = 30"),
+    );
+    let (status, _, stderr) = validate(text, "window.toml").await;
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("duplicate_window"), "{stderr}");
+    assert_eq!(
+        stream_len(&js, &names.stream).await.unwrap(),
+        None,
+        "validate created the stream"
+    );
+
+    // A good one: validate passes and says what it would do.
+    let names = Names::new("nats_val_ok");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(nats.url(), &names, "", ""),
+    );
+    let (status, stdout, stderr) = validate(text, "ok.toml").await;
+    assert!(status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("sinks[0] (nats):") && l.contains(&names.stream)),
+        "validate reports the sink's stream: {stdout}"
+    );
+    assert_eq!(
+        stream_len(&js, &names.stream).await.unwrap(),
+        None,
+        "validate created the stream"
+    );
+}
+
 // ---- server restarts ------------------------------------------------------------
 
 /// Rows the writer inserted: (id, k), in commit order.
@@ -1200,7 +1288,12 @@ async fn server_restarts_mid_stream_lose_and_duplicate_nothing() {
     let text = format!(
         "{}{}",
         base_toml(&db, &["public.ticks"], &names),
-        nats_sink_toml(&server.url(), &names, "ack_timeout_secs = 2", ""),
+        nats_sink_toml(
+            &server.url(),
+            &names,
+            "ack_timeout_secs = 2\nmax_in_flight = 64",
+            "",
+        ),
     );
     let run = start(&text);
     streaming(&db, &names).await;
@@ -1232,7 +1325,8 @@ async fn server_restarts_mid_stream_lose_and_duplicate_nothing() {
     };
 
     let mut at_kill = Vec::new();
-    for _ in 0..2 {
+    // Down for less, then for more than the ack timeout (2 s).
+    for down in [Duration::from_millis(1500), Duration::from_millis(3500)] {
         // Progress since the last restart, then the server goes away for a
         // while (the sink's publishes fail meanwhile) and comes back.
         let js = server.jetstream().await.unwrap();
@@ -1246,7 +1340,7 @@ async fn server_restarts_mid_stream_lose_and_duplicate_nothing() {
         at_kill.push(stored);
         drop(js);
         server.kill();
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tokio::time::sleep(down).await;
         server.start_again().await.unwrap();
     }
     // Progress after the last restart, then the writer stops.
