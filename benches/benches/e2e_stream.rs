@@ -2,7 +2,8 @@
 //!
 //! Starts its own throwaway server through the test harness (autovacuum off, so nothing but
 //! the workload writes WAL). For each workload it creates a publication and a pgoutput slot,
-//! then writes the workload and records the end LSN (`pg_current_wal_insert_lsn()`). Every
+//! then writes the workload and records the end LSN (`pg_current_wal_insert_lsn()` inside
+//! the last transaction, before its COMMIT, so that only the last commit reaches it). Every
 //! run streams from a fresh `pg_copy_logical_replication_slot` copy of that slot, so every
 //! contender decodes the same WAL from the same point, and stops once it reaches the end
 //! LSN:
@@ -37,13 +38,19 @@
 //!
 //! `cargo bench -p pgcdc-benches --bench e2e_stream`. Sizes: `PGCDC_E2E_W1_ROWS` (default
 //! 1,000,000 rows in one transaction), `PGCDC_E2E_W2_TXNS` and `PGCDC_E2E_W2_ROWS_PER_TXN`
-//! (default 20,000 transactions of 10 rows). The pgcdc child runs on one tokio worker
+//! (default 20,000 transactions of 10 rows). The same two on a realistic row, `w1r` and
+//! `w2r`: `(id bigint PRIMARY KEY, k int, v text /*100 chars*/, ts timestamptz, n
+//! numeric)`. W3: `PGCDC_E2E_W3_ROWS` (default 1,000,000) UPDATEs of every column but
+//! the key of ~1 KB rows (the same columns, 960 characters of text) in
+//! `PGCDC_E2E_W3_TXNS` (default 100) transactions, each updating the same preloaded
+//! rows. The pgcdc child runs on one tokio worker
 //! thread (`PGCDC_E2E_WORKERS` to change); `PGCDC_E2E_READ_PAUSE_US` overrides
 //! `PipelineOptions::read_pause` (for experiments). For instruction counts:
 //! `PGCDC_E2E_ONLY` (comma-separated labels: `recvlogical`, `null`, `debezium`, `file`,
 //! `filemetrics` (the file sink with metrics kept and encoded every second, as a scrape),
 //! `nats`, and `null1`, `file1`, `nats1` for proto 1) runs only those contenders,
-//! `PGCDC_E2E_SKIP_W2=1` skips W2, and `PGCDC_E2E_WRAP` (a command line, e.g. `valgrind
+//! `PGCDC_E2E_WORKLOADS` (comma-separated: `w1`, `w2`, `w1r`, `w2r`, `w3`) runs only those
+//! workloads, and `PGCDC_E2E_WRAP` (a command line, e.g. `valgrind
 //! --tool=callgrind --callgrind-out-file=/tmp/cg.%p`) runs each pgcdc child under that
 //! command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -60,6 +67,10 @@ use cdc_runtime::replication::ReplicationConfig;
 use cdc_runtime::sinks::{FileSink, FileSinkOptions, NullSink, Sink};
 use integration_tests::{ClusterOptions, TestPostgres};
 use tokio_postgres::Client;
+
+/// The pgcdc binary's allocator, so the child's CPU and memory are those of `pgcdc run`.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Set in the child: which pgcdc sink to run (`null`, `debezium`, `file`, `nats`).
 const CHILD_ENV: &str = "PGCDC_E2E_CONTENDER";
@@ -660,16 +671,85 @@ async fn compare(
         .collect()
 }
 
-async fn prepare(client: &Client, table: &str) -> (String, String) {
+/// A workload's row shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `(id bigint PRIMARY KEY, n int, t text)`, 30 characters of text: about 60 bytes.
+    Narrow,
+    /// `(id bigint PRIMARY KEY, k int, v text, ts timestamptz, n numeric)`, 100
+    /// characters of text: a typical row, about 150 bytes.
+    Realistic,
+    /// The realistic columns with 960 characters of text: about 1 KB.
+    Kilobyte,
+}
+
+impl Shape {
+    fn columns(self) -> &'static str {
+        match self {
+            Shape::Narrow => "id bigint PRIMARY KEY, n int NOT NULL, t text NOT NULL",
+            Shape::Realistic | Shape::Kilobyte => {
+                "id bigint PRIMARY KEY, k int NOT NULL, v text NOT NULL, \
+                 ts timestamptz NOT NULL, n numeric NOT NULL"
+            }
+        }
+    }
+
+    /// The `SELECT` list of row `g` (a `generate_series` value).
+    fn values(self) -> &'static str {
+        match self {
+            Shape::Narrow => "g, g % 1000, 'row ' || lpad(g::text, 26, '0')",
+            Shape::Realistic => {
+                "g, g % 1000, rpad('row ' || g || ' ', 100, 'abcdefghijklmnopqrstuvwxyz'), \
+                 timestamptz '2026-01-01 00:00:00+00' + g * interval '1.25 second', \
+                 round(g * 3.14159, 4)"
+            }
+            Shape::Kilobyte => {
+                "g, g % 1000, repeat(md5(g::text), 30), \
+                 timestamptz '2026-01-01 00:00:00+00' + g * interval '1.25 second', \
+                 round(g * 3.14159, 4)"
+            }
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Shape::Narrow => "bigint, int, text 30",
+            Shape::Realistic => "bigint, int, text 100, timestamptz, numeric",
+            Shape::Kilobyte => "bigint, int, text 960, timestamptz, numeric; ~1 KB",
+        }
+    }
+}
+
+/// Creates `table` of `shape`, inserts `preload` rows (before the slot exists, so they
+/// are not streamed), then the publication and the slot.
+async fn prepare(client: &Client, table: &str, shape: Shape, preload: usize) -> (String, String) {
     let publication = format!("{table}_pub");
     let slot = format!("{table}_slot");
     client
         .batch_execute(&format!(
-            "CREATE TABLE {table} (id bigint PRIMARY KEY, n int NOT NULL, t text NOT NULL);
-             CREATE PUBLICATION {publication} FOR TABLE {table};"
+            "CREATE TABLE {table} ({columns});
+             CREATE PUBLICATION {publication} FOR TABLE {table};",
+            columns = shape.columns()
         ))
         .await
         .unwrap();
+    if preload > 0 {
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO {table} SELECT {values} FROM generate_series(1, $1::bigint) g",
+                    values = shape.values()
+                ),
+                &[&(preload as i64)],
+            )
+            .await
+            .unwrap();
+        // One statement each: VACUUM cannot run in the implicit transaction of a
+        // multi-statement query.
+        for sql in [format!("VACUUM ANALYZE {table}"), "CHECKPOINT".to_owned()] {
+            client.batch_execute(&sql).await.unwrap();
+        }
+    }
     client
         .execute(
             "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -678,6 +758,88 @@ async fn prepare(client: &Client, table: &str) -> (String, String) {
         .await
         .unwrap();
     (publication, slot)
+}
+
+/// Runs `statement` (with `$i` standing for the transaction's number) in transactions
+/// `first..txns`: all but the last in one server-side loop (so the client's round trips
+/// do not pace it), the last one from here, which returns the WAL insert position inside
+/// it just before its COMMIT. Every contender stops once it has that position: only the
+/// last commit's message starts past it. (The position after the commit may lie past
+/// the last commit when the server writes WAL of its own afterwards, such as a
+/// running-transactions record, and a client that has confirmed all it was sent then
+/// hears of that position only from a keepalive, up to `wal_sender_timeout / 2` later.)
+async fn in_transactions(client: &Client, statement: &str, first: usize, txns: usize) -> Lsn {
+    let last = txns.max(first + 1) - 1;
+    if last > first {
+        client
+            .batch_execute(&format!(
+                "DO $$ BEGIN
+                   FOR i IN {first}..{before} LOOP
+                     {body};
+                     COMMIT;
+                   END LOOP;
+                 END $$",
+                before = last - 1,
+                body = statement.replace("$i", "i"),
+            ))
+            .await
+            .unwrap();
+    }
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .batch_execute(&statement.replace("$i", &last.to_string()))
+        .await
+        .unwrap();
+    let end = end_lsn(client).await;
+    client.batch_execute("COMMIT").await.unwrap();
+    end
+}
+
+/// Inserts `rows` rows of `shape` into `table` in `txns` transactions; returns the end
+/// position (see [`in_transactions`]).
+async fn insert_rows(client: &Client, table: &str, shape: Shape, rows: usize, txns: usize) -> Lsn {
+    let per_txn = rows.div_ceil(txns.max(1));
+    let statement = format!(
+        "INSERT INTO {table} SELECT {values}
+         FROM generate_series($i::bigint * {per_txn} + 1, least(($i + 1)::bigint * {per_txn}, {rows})) g",
+        values = shape.values(),
+    );
+    in_transactions(client, &statement, 0, txns).await
+}
+
+/// Updates every column but the key of `rows` preloaded rows in `txns` transactions
+/// (rows `1..=rows/txns` in each, so each transaction changes the same rows again);
+/// returns the end position (see [`in_transactions`]).
+async fn update_rows(
+    client: &Client,
+    table: &str,
+    rows: usize,
+    txns: usize,
+    preloaded: usize,
+) -> Lsn {
+    let per_txn = rows.div_ceil(txns.max(1)).min(preloaded);
+    let statement = format!(
+        "UPDATE {table} SET k = k + 1, v = repeat(md5((id + $i + 1)::text), 30),
+           ts = ts + interval '1 second', n = n + 0.5
+         WHERE id <= {per_txn}"
+    );
+    in_transactions(client, &statement, 0, txns).await
+}
+
+/// One workload of the bench.
+struct Workload {
+    /// `PGCDC_E2E_WORKLOADS` selects by this (`w1`, `w2`, `w1r`, `w2r`, `w3`).
+    key: &'static str,
+    name: String,
+    shape: Shape,
+    /// Rows in the table before the slot is created.
+    preload: usize,
+    /// The events it streams (one per inserted or updated row).
+    events: usize,
+    /// Inserts (`false`) or updates (`true`) of `events` rows in `txns` transactions.
+    updates: bool,
+    txns: usize,
+    contenders: Vec<Contender>,
 }
 
 fn recvlogical_path(major: u32) -> PathBuf {
@@ -695,8 +857,97 @@ async fn run() {
     let w1_rows = env_usize("PGCDC_E2E_W1_ROWS", 1_000_000);
     let w2_txns = env_usize("PGCDC_E2E_W2_TXNS", 20_000);
     let w2_per_txn = env_usize("PGCDC_E2E_W2_ROWS_PER_TXN", 10);
+    let w2_rows = w2_txns * w2_per_txn;
+    let w3_rows = env_usize("PGCDC_E2E_W3_ROWS", 1_000_000);
+    let w3_txns = env_usize("PGCDC_E2E_W3_TXNS", 100).max(1);
+    let selected = std::env::var("PGCDC_E2E_WORKLOADS").ok();
     let began = Instant::now();
     eprintln!("load before: {}", uptime());
+
+    let pgcdc = |sink, proto| Contender::Pgcdc { sink, proto };
+    let big_txn = vec![
+        Contender::Recvlogical,
+        pgcdc("null", None),
+        pgcdc("debezium", None),
+        pgcdc("file", None),
+        pgcdc("nats", None),
+        pgcdc("null", Some(1)),
+        pgcdc("file", Some(1)),
+        pgcdc("nats", Some(1)),
+    ];
+    let small_txns = vec![
+        Contender::Recvlogical,
+        pgcdc("null", None),
+        pgcdc("debezium", None),
+        pgcdc("file", None),
+        pgcdc("filemetrics", None),
+        pgcdc("nats", None),
+    ];
+    // The realistic shapes: the peer, decoding alone, and the file sink on both
+    // protocols (which one the default should be is measured here).
+    let realistic = vec![
+        Contender::Recvlogical,
+        pgcdc("null", None),
+        pgcdc("file", None),
+        pgcdc("null", Some(1)),
+        pgcdc("file", Some(1)),
+    ];
+    let per_txn = w3_rows.div_ceil(w3_txns);
+    let workloads = [
+        Workload {
+            key: "w1",
+            name: format!("W1: {w1_rows} rows, 1 txn"),
+            shape: Shape::Narrow,
+            preload: 0,
+            events: w1_rows,
+            updates: false,
+            txns: 1,
+            contenders: big_txn,
+        },
+        Workload {
+            key: "w2",
+            name: format!("W2: {w2_rows} rows, {w2_txns} txns"),
+            shape: Shape::Narrow,
+            preload: 0,
+            events: w2_rows,
+            updates: false,
+            txns: w2_txns,
+            contenders: small_txns,
+        },
+        Workload {
+            key: "w1r",
+            name: format!("W1 realistic: {w1_rows} rows, 1 txn"),
+            shape: Shape::Realistic,
+            preload: 0,
+            events: w1_rows,
+            updates: false,
+            txns: 1,
+            contenders: realistic.clone(),
+        },
+        Workload {
+            key: "w2r",
+            name: format!("W2 realistic: {w2_rows} rows, {w2_txns} txns"),
+            shape: Shape::Realistic,
+            preload: 0,
+            events: w2_rows,
+            updates: false,
+            txns: w2_txns,
+            contenders: realistic.clone(),
+        },
+        Workload {
+            key: "w3",
+            name: format!(
+                "W3: {} UPDATEs of ~1 KB rows, {w3_txns} txns",
+                per_txn * w3_txns
+            ),
+            shape: Shape::Kilobyte,
+            preload: per_txn,
+            events: per_txn * w3_txns,
+            updates: true,
+            txns: w3_txns,
+            contenders: realistic,
+        },
+    ];
 
     let cluster = TestPostgres::dedicated(ClusterOptions::new().setting("autovacuum", "off"))
         .await
@@ -705,111 +956,60 @@ async fn run() {
     let db = cluster.create_database().await.unwrap();
     let client = db.connect().await.unwrap();
     let work = std::env::temp_dir().join(format!("pgcdc-e2e-{}", std::process::id()));
-    let pgcdc = |sink, proto| Contender::Pgcdc { sink, proto };
     let mut table = Vec::new();
-
-    // W1: one big transaction.
-    let (w1_pub, w1_slot) = prepare(&client, "w1").await;
-    eprintln!("W1: writing {w1_rows} rows in one transaction...");
-    client
-        .execute(
-            "INSERT INTO w1 SELECT g, g % 1000, 'row ' || lpad(g::text, 26, '0')
-             FROM generate_series(1, $1::bigint) g",
-            &[&(w1_rows as i64)],
-        )
-        .await
-        .unwrap();
-    let end = end_lsn(&client).await;
-    let target = Target {
-        port: cluster.port(),
-        db: db.name(),
-        publication: &w1_pub,
-        end,
-        recvlogical: &recvlogical,
-        work: &work,
-        table: "w1",
-    };
-    let w1 = format!("W1: {w1_rows} rows, 1 txn");
-    table.extend(
-        compare(
-            &client,
-            &w1,
-            w1_rows,
-            &w1_slot,
-            &target,
-            &[
-                Contender::Recvlogical,
-                pgcdc("null", None),
-                pgcdc("debezium", None),
-                pgcdc("file", None),
-                pgcdc("nats", None),
-                pgcdc("null", Some(1)),
-                pgcdc("file", Some(1)),
-                pgcdc("nats", Some(1)),
-            ],
-            reps,
-        )
-        .await,
-    );
-    client
-        .execute("SELECT pg_drop_replication_slot($1)", &[&w1_slot])
-        .await
-        .unwrap();
-
-    let skip_w2 = std::env::var("PGCDC_E2E_SKIP_W2").is_ok_and(|v| v == "1");
-    let w2_rows = w2_txns * w2_per_txn;
-    let w2 = format!("W2: {w2_rows} rows, {w2_txns} txns");
-    if !skip_w2 {
-        // W2: many small transactions.
-        let (w2_pub, w2_slot) = prepare(&client, "w2").await;
-        eprintln!("W2: writing {w2_rows} rows in {w2_txns} transactions...");
-        client
-            .batch_execute(&format!(
-                "DO $$ BEGIN
-               FOR i IN 0..{last} LOOP
-                 INSERT INTO w2 SELECT g, g % 1000, 'row ' || lpad(g::text, 26, '0')
-                 FROM generate_series(i * {w2_per_txn} + 1, (i + 1) * {w2_per_txn}) g;
-                 COMMIT;
-               END LOOP;
-             END $$",
-                last = w2_txns.saturating_sub(1)
-            ))
-            .await
-            .unwrap();
-        let end = end_lsn(&client).await;
+    let mut ran = Vec::new();
+    for w in &workloads {
+        if selected
+            .as_deref()
+            .is_some_and(|s| !s.split(',').any(|k| k == w.key))
+        {
+            continue;
+        }
+        let (publication, slot) = prepare(&client, w.key, w.shape, w.preload).await;
+        eprintln!("{}: writing ({})...", w.name, w.shape.describe());
+        let end = if w.updates {
+            update_rows(&client, w.key, w.events, w.txns, w.preload).await
+        } else {
+            insert_rows(&client, w.key, w.shape, w.events, w.txns).await
+        };
         let target = Target {
-            publication: &w2_pub,
+            port: cluster.port(),
+            db: db.name(),
+            publication: &publication,
             end,
-            table: "w2",
-            ..target
+            recvlogical: &recvlogical,
+            work: &work,
+            table: w.key,
         };
         table.extend(
             compare(
                 &client,
-                &w2,
-                w2_rows,
-                &w2_slot,
+                &w.name,
+                w.events,
+                &slot,
                 &target,
-                &[
-                    Contender::Recvlogical,
-                    pgcdc("null", None),
-                    pgcdc("debezium", None),
-                    pgcdc("file", None),
-                    pgcdc("filemetrics", None),
-                    pgcdc("nats", None),
-                ],
+                &w.contenders,
                 reps,
             )
             .await,
         );
+        client
+            .batch_execute(&format!(
+                "SELECT pg_drop_replication_slot('{slot}'); DROP TABLE {table} CASCADE; \
+                 DROP PUBLICATION {publication}; CHECKPOINT",
+                table = w.key
+            ))
+            .await
+            .unwrap();
+        ran.push(w);
     }
 
     let load = uptime();
     println!();
-    println!("| workload | contender | events/s | vs pg_recvlogical | vs file sink | client CPU s | vs pg_recvlogical | peak MB | nats-server CPU s | nats-server peak MB |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    for (workload, rows) in [(&w1, w1_rows), (&w2, w2_rows)] {
-        let ours: Vec<&Row> = table.iter().filter(|r| &r.workload == workload).collect();
+    println!("| workload | row | contender | events/s | vs pg_recvlogical | vs file sink | client CPU s | vs pg_recvlogical | peak MB | nats-server CPU s | nats-server peak MB |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for w in ran {
+        let ours: Vec<&Row> = table.iter().filter(|r| r.workload == w.name).collect();
         let base = ours.iter().find(|r| r.contender == Contender::Recvlogical);
         // Without pg_recvlogical in the run (`PGCDC_E2E_ONLY`) there are no ratios.
         let ratio = |x: Option<f64>| x.map_or("-".to_owned(), |x| format!("{x:.2}x"));
@@ -831,10 +1031,11 @@ async fn run() {
                 _ => None,
             };
             println!(
-                "| {} | {} | {:.0} | {} | {} | {:.2} | {} | {:.0} | {} | {} |",
+                "| {} | {} | {} | {:.0} | {} | {} | {:.2} | {} | {:.0} | {} | {} |",
                 r.workload,
+                w.shape.describe(),
                 r.contender.label(),
-                rows as f64 / r.wall,
+                w.events as f64 / r.wall,
                 ratio(base.map(|b| b.wall / r.wall)),
                 ratio(file.map(|f| f.wall / r.wall)),
                 r.cpu,

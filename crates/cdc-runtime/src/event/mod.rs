@@ -280,6 +280,18 @@ pub struct ColumnRef<'a> {
 }
 
 impl ChangeEvent {
+    /// Approximate memory the event holds: its own size and its rows' and
+    /// message's data (shared parts, such as the table schema, not counted).
+    pub fn approx_size(&self) -> usize {
+        std::mem::size_of::<ChangeEvent>()
+            + self.before.as_ref().map_or(0, Row::heap_size)
+            + self.after.as_ref().map_or(0, Row::heap_size)
+            + self
+                .message
+                .as_ref()
+                .map_or(0, |m| m.prefix.len() + m.content.len())
+    }
+
     /// The schema name, if the event is about a table.
     pub fn schema_name(&self) -> Option<&str> {
         self.table.as_deref().map(|t| &*t.schema)

@@ -60,6 +60,26 @@ impl Row {
         }
     }
 
+    /// Approximate heap memory the row holds: its share of the arena for
+    /// pgoutput columns, the values and their text or bytes for decoded ones
+    /// (other owned parts, such as a numeric's digits or array elements, are
+    /// not counted).
+    pub fn heap_size(&self) -> usize {
+        match &self.0 {
+            Repr::Values(v) => {
+                v.capacity() * std::mem::size_of::<Value<'static>>()
+                    + v.iter()
+                        .map(|value| match value {
+                            Value::Text(t) | Value::Json(t) | Value::Jsonb(t) => t.len(),
+                            Value::Bytea(b) => b.len(),
+                            _ => 0,
+                        })
+                        .sum::<usize>()
+            }
+            Repr::Wire { columns, .. } => columns.len(),
+        }
+    }
+
     /// Whether the row has no columns.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

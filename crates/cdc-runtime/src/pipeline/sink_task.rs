@@ -11,7 +11,8 @@
 //! 1. The task keeps the batches (`Arc<Batch>`, shared with the other sinks,
 //!    so no copy) written since the sink's last durable point: its last
 //!    successful flush, or for the sink that commits checkpoints its last
-//!    committed checkpoint. Up to [`SinkRetry::max_retained_events`] events.
+//!    committed checkpoint. Up to [`SinkRetry::max_retained_events`] events
+//!    and [`SinkRetry::max_retained_bytes`] bytes of them in memory.
 //! 2. On a transient error it waits (exponential backoff with jitter,
 //!    [`SinkRetry::backoff`]), calls [`Sink::reset`] (the sink discards what
 //!    is not durable and reconnects), writes the kept batches again in
@@ -23,8 +24,9 @@
 //! 3. It gives up after `backoff.max_attempts` consecutive failures
 //!    ([`SinkError::RetriesExhausted`]), and at once on a permanent error.
 //!
-//! When more than `max_retained_events` events were written since the
-//! durable point (a huge transaction, or a long checkpoint interval), the
+//! When more than `max_retained_events` events (or `max_retained_bytes`) were
+//! written since the durable point (a huge transaction, or a long checkpoint
+//! interval), the
 //! task keeps none until the next durable point, and a transient error then
 //! stops the pipeline as before this policy: the job resumes from its last
 //! checkpoint, so nothing is lost either way. A sink that cannot reset (the
@@ -71,6 +73,11 @@ pub(crate) struct SinkRetry {
     pub(crate) backoff: Backoff,
     /// Events kept for a replay; past it a transient error stops the task.
     pub(crate) max_retained_events: usize,
+    /// Memory those events may take ([`ChangeEvent::approx_size`]); past it, as
+    /// past `max_retained_events`, a transient error stops the task. Without
+    /// it a huge transaction of wide rows kept 100,000 of them alive after
+    /// they were written (42 MB for ~400-byte events).
+    pub(crate) max_retained_bytes: usize,
     /// How long one sink operation (a write, a flush, a reset, a checkpoint
     /// commit) may take before it fails as the transient
     /// [`SinkError::Timeout`] and is retried like a lost connection.
@@ -89,8 +96,8 @@ impl SinkRetry {
 
 impl Default for SinkRetry {
     /// 200 ms doubling to 10 s, giving up after 10 consecutive failures
-    /// (about a minute of waiting); 100,000 events kept (100 batches of the
-    /// default size, shared with the other sinks).
+    /// (about a minute of waiting); up to 100,000 events kept (100 batches
+    /// of the default size, shared with the other sinks) taking up to 16 MiB.
     fn default() -> Self {
         SinkRetry {
             backoff: Backoff {
@@ -99,6 +106,7 @@ impl Default for SinkRetry {
                 max_attempts: Some(10),
             },
             max_retained_events: 100_000,
+            max_retained_bytes: 16 << 20,
             operation_timeout: Some(super::DEFAULT_SINK_TIMEOUT),
         }
     }
@@ -128,7 +136,9 @@ struct Retrying {
     /// last durable point, oldest first.
     retained: Vec<(Arc<Batch>, Range<usize>)>,
     retained_events: usize,
-    /// More than `max_retained_events` were written since the durable
+    /// [`ChangeEvent::approx_size`] of those events.
+    retained_bytes: usize,
+    /// More than `max_retained_events` (or `max_retained_bytes`) were written since the durable
     /// point: nothing is kept, and a transient error is not retried.
     overflowed: bool,
     /// The sink can reset ([`Sink::can_reset`]); otherwise nothing is kept
@@ -151,6 +161,7 @@ impl Retrying {
             policy,
             retained: Vec::new(),
             retained_events: 0,
+            retained_bytes: 0,
             overflowed: false,
             failures: 0,
             recovered: 0,
@@ -162,14 +173,25 @@ impl Retrying {
             return;
         }
         self.retained_events += range.len();
-        if self.retained_events > self.policy.max_retained_events {
+        self.retained_bytes += batch
+            .events
+            .get(range.clone())
+            .unwrap_or_default()
+            .iter()
+            .map(ChangeEvent::approx_size)
+            .sum::<usize>();
+        if self.retained_events > self.policy.max_retained_events
+            || self.retained_bytes > self.policy.max_retained_bytes
+        {
             tracing::debug!(
-                limit = self.policy.max_retained_events,
+                events = self.policy.max_retained_events,
+                bytes = self.policy.max_retained_bytes,
                 "more events since the sink's last durable point than are kept for a replay; a transient error before the next one stops the pipeline"
             );
             self.overflowed = true;
             self.retained.clear();
             self.retained_events = 0;
+            self.retained_bytes = 0;
             return;
         }
         self.retained.push((Arc::clone(batch), range));
@@ -179,6 +201,7 @@ impl Retrying {
     fn durable(&mut self) {
         self.retained.clear();
         self.retained_events = 0;
+        self.retained_bytes = 0;
         self.overflowed = false;
         self.failures = 0;
     }

@@ -179,6 +179,7 @@ fn fast(max_attempts: u32, max_retained_events: usize) -> SinkRetry {
             max_attempts: Some(max_attempts),
         },
         max_retained_events,
+        max_retained_bytes: usize::MAX,
         operation_timeout: None,
     }
 }
@@ -307,6 +308,45 @@ async fn past_the_retained_bound_a_transient_error_stops_the_task() {
     let s = s.lock().unwrap();
     assert_eq!(s.resets, 1);
     assert_eq!(s.durable, (0..30).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn past_the_retained_bytes_a_transient_error_stops_the_task() {
+    // The same 10 events as above, bounded by their memory instead: 8 events'
+    // worth is not enough to keep them, 15 events' worth is.
+    let size = ev(0).approx_size();
+    let bytes = |events: usize| SinkRetry {
+        max_retained_bytes: events * size,
+        ..fast(3, 1000)
+    };
+    let s = state(|s| s.fail_writes = vec![2]);
+    let (result, _) = run(&s, two_transactions(), bytes(8)).await;
+    assert!(matches!(result, Err(SinkError::Io { .. })), "{result:?}");
+    assert_eq!(s.lock().unwrap().resets, 0);
+    let s = state(|s| s.fail_writes = vec![2]);
+    let (result, _) = run(&s, two_transactions(), bytes(15)).await;
+    result.unwrap();
+    let s = s.lock().unwrap();
+    assert_eq!(s.resets, 1);
+    assert_eq!(s.durable, (0..30).collect::<Vec<_>>());
+}
+
+#[test]
+fn an_events_size_counts_its_rows_and_message() {
+    let bare = ev(0).approx_size();
+    assert_eq!(bare, std::mem::size_of::<ChangeEvent>());
+    let mut e = ev(0);
+    e.after = Some(crate::event::Row::from_values(vec![
+        cdc_core::Value::Int8(1),
+        cdc_core::Value::Text("x".repeat(100).into()),
+    ]));
+    e.message = Some(crate::event::MessagePayload {
+        transactional: true,
+        prefix: "p".into(),
+        content: vec![0; 50],
+    });
+    let values = 2 * std::mem::size_of::<cdc_core::Value<'static>>();
+    assert_eq!(e.approx_size(), bare + values + 100 + 1 + 50);
 }
 
 #[tokio::test]
