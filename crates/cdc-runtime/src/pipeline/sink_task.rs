@@ -26,11 +26,11 @@
 //!
 //! When more than `max_retained_events` events (or `max_retained_bytes`) were
 //! written since the durable point (a huge transaction, or a long checkpoint
-//! interval), the
-//! task keeps none until the next durable point, and a transient error then
-//! stops the pipeline as before this policy: the job resumes from its last
-//! checkpoint, so nothing is lost either way. A sink that cannot reset (the
-//! trait's default) also stops the pipeline on its first error.
+//! interval), the task keeps none until the next durable point, and a
+//! transient error then stops the pipeline as before this policy: the job
+//! resumes from its last checkpoint, so nothing is lost either way. A sink
+//! that cannot reset (the trait's default) also stops the pipeline on its
+//! first error.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -138,8 +138,9 @@ struct Retrying {
     retained_events: usize,
     /// [`ChangeEvent::approx_size`] of those events.
     retained_bytes: usize,
-    /// More than `max_retained_events` (or `max_retained_bytes`) were written since the durable
-    /// point: nothing is kept, and a transient error is not retried.
+    /// More than `max_retained_events` (or `max_retained_bytes`) were written
+    /// since the durable point: nothing is kept, and a transient error is not
+    /// retried.
     overflowed: bool,
     /// The sink can reset ([`Sink::can_reset`]); otherwise nothing is kept
     /// and its first error stops the task.
