@@ -761,20 +761,20 @@ async fn prepare(client: &Client, table: &str, shape: Shape, preload: usize) -> 
 }
 
 /// Runs `statement` (with `$i` standing for the transaction's number) in transactions
-/// `first..txns`: all but the last in one server-side loop (so the client's round trips
+/// `0..txns`: all but the last in one server-side loop (so the client's round trips
 /// do not pace it), the last one from here, which returns the WAL insert position inside
 /// it just before its COMMIT. Every contender stops once it has that position: only the
 /// last commit's message starts past it. (The position after the commit may lie past
 /// the last commit when the server writes WAL of its own afterwards, such as a
 /// running-transactions record, and a client that has confirmed all it was sent then
 /// hears of that position only from a keepalive, up to `wal_sender_timeout / 2` later.)
-async fn in_transactions(client: &Client, statement: &str, first: usize, txns: usize) -> Lsn {
-    let last = txns.max(first + 1) - 1;
-    if last > first {
+async fn in_transactions(client: &Client, statement: &str, txns: usize) -> Lsn {
+    let last = txns.max(1) - 1;
+    if last > 0 {
         client
             .batch_execute(&format!(
                 "DO $$ BEGIN
-                   FOR i IN {first}..{before} LOOP
+                   FOR i IN 0..{before} LOOP
                      {body};
                      COMMIT;
                    END LOOP;
@@ -804,7 +804,7 @@ async fn insert_rows(client: &Client, table: &str, shape: Shape, rows: usize, tx
          FROM generate_series($i::bigint * {per_txn} + 1, least(($i + 1)::bigint * {per_txn}, {rows})) g",
         values = shape.values(),
     );
-    in_transactions(client, &statement, 0, txns).await
+    in_transactions(client, &statement, txns).await
 }
 
 /// Updates every column but the key of `rows` preloaded rows in `txns` transactions
@@ -823,7 +823,7 @@ async fn update_rows(
            ts = ts + interval '1 second', n = n + 0.5
          WHERE id <= {per_txn}"
     );
-    in_transactions(client, &statement, 0, txns).await
+    in_transactions(client, &statement, txns).await
 }
 
 /// One workload of the bench.
