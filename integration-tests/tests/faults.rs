@@ -312,11 +312,16 @@ async fn await_warning(pgcdc: &Pgcdc, from: usize, needles: &[&str], within: Dur
         {
             return line;
         }
-        assert!(
-            Instant::now() < deadline,
-            "no WARN/ERROR with {needles:?} in pgcdc's log; it says:\n{}",
-            pgcdc.stderr().get(from..).unwrap_or_default()
-        );
+        if Instant::now() >= deadline {
+            // The whole log, so that what pgcdc was doing before is there too.
+            let log = pgcdc.stderr();
+            let tail: Vec<&str> = log.lines().rev().take(200).collect();
+            panic!(
+                "no WARN/ERROR with {needles:?} in pgcdc's log after byte {from} of {}; its last lines:\n{}",
+                log.len(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -19,7 +19,8 @@ use crate::event::{ChangeEvent, ColumnFacts, TableFacts, TableSchema};
 use crate::replication::ReplicationConfig;
 use crate::tls_connect::PgClientSettings;
 
-/// How long one lookup (connect and query) may take.
+/// How long one lookup (connect and query) may take at most; a shorter
+/// receive timeout shortens it (see [`FactsLookup::new`]).
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Columns of a table with their catalog facts.
@@ -39,16 +40,23 @@ WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped";
 pub(super) struct FactsLookup {
     settings: Option<PgClientSettings>,
     client: Option<Client>,
+    /// The bound on one lookup.
+    timeout: Duration,
     /// Whether a failure was logged since the last success (one warning
     /// per outage, not one per batch).
     warned: bool,
 }
 
 impl FactsLookup {
-    pub(super) fn new(source: &ReplicationConfig) -> Self {
+    /// A lookup runs inside a ship, where the receive timeout cannot fire:
+    /// it is bounded by `receive_timeout` too, so a source that stops
+    /// answering is noticed within about twice that, not after
+    /// [`LOOKUP_TIMEOUT`] on top.
+    pub(super) fn new(source: &ReplicationConfig, receive_timeout: Option<Duration>) -> Self {
         FactsLookup {
             settings: PgClientSettings::new(source).ok(),
             client: None,
+            timeout: receive_timeout.map_or(LOOKUP_TIMEOUT, |t| t.min(LOOKUP_TIMEOUT)),
             warned: false,
         }
     }
@@ -68,7 +76,7 @@ impl FactsLookup {
             }
         }
         for table in missing {
-            match tokio::time::timeout(LOOKUP_TIMEOUT, self.lookup(table.oid)).await {
+            match tokio::time::timeout(self.timeout, self.lookup(table.oid)).await {
                 Ok(Ok(rows)) => {
                     let _ = table.facts.set(align(&table, rows));
                     self.warned = false;

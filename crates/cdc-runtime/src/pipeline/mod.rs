@@ -330,7 +330,7 @@ impl Pipeline {
             appeared: Default::default(),
             partitions,
             server: None,
-            facts: facts::FactsLookup::new(&options.replication),
+            facts: facts::FactsLookup::new(&options.replication, options.receive_timeout),
         };
         source.spill.spilled = options
             .monitor
