@@ -88,8 +88,10 @@ pub struct PipelineOptions {
     /// takes in what the server sent meanwhile at once: while the server
     /// sends faster than one small read at a time, every read otherwise
     /// costs a system call, a readiness wait and a task wake-up for a few
-    /// messages. It adds at most this much latency, and only while data
-    /// keeps arriving in small pieces. Zero: read again at once.
+    /// messages. No pause when the socket already holds that many bytes
+    /// (the read was small for want of buffer room, not of data). It adds
+    /// at most this much latency, and only while data keeps arriving in
+    /// small pieces. Zero: read again at once.
     pub read_pause: Duration,
     /// Metrics and health to keep up to date (see [`crate::monitor`]).
     pub monitor: Option<crate::monitor::Monitor>,

@@ -311,7 +311,15 @@ impl Source<'_> {
                     if self.pending.events.len() >= opts.batch_size {
                         self.ship(shared, &mut stream, &mut ticker).await?;
                     }
-                    if drained && bytes < READ_PAUSE_BELOW && !opts.read_pause.is_zero() {
+                    // A small read pauses unless the socket already holds
+                    // a large one: then the data comes faster than it is
+                    // read, and the read buffer's room, not the server,
+                    // made the read small.
+                    if drained
+                        && bytes < READ_PAUSE_BELOW
+                        && !opts.read_pause.is_zero()
+                        && stream.queued_bytes().is_none_or(|q| q < READ_PAUSE_BELOW)
+                    {
                         pause.as_mut().reset(tokio::time::Instant::now() + opts.read_pause);
                         paused = true;
                     }

@@ -114,6 +114,13 @@ impl ReplicationStream {
         }
     }
 
+    /// How many bytes the server has sent that the socket holds, unread
+    /// (`None` where the platform cannot say). The bytes already read into
+    /// the buffer are not counted.
+    pub fn queued_bytes(&self) -> Option<usize> {
+        self.conn.transport.queued()
+    }
+
     /// The next CopyData payload if one is already complete in the read
     /// buffer, without reading the socket or arming the receive timeout:
     /// `None` when nothing complete is buffered or the stream ended (then

@@ -150,6 +150,26 @@ impl Transport {
         Ok(())
     }
 
+    /// The bytes the kernel holds for this socket, not yet read (`FIONREAD`;
+    /// on TLS the encrypted bytes, close to the plain ones). `None` where it
+    /// cannot be asked.
+    pub(crate) fn queued(&self) -> Option<usize> {
+        #[cfg(unix)]
+        {
+            let tcp = match &self.socket {
+                Socket::Plain(s) => s,
+                Socket::Tls(s) => s.get_ref().0,
+            };
+            rustix::io::ioctl_fionread(tcp)
+                .ok()
+                .and_then(|n| usize::try_from(n).ok())
+        }
+        #[cfg(not(unix))]
+        {
+            None
+        }
+    }
+
     /// The next complete backend message if one is buffered; never reads.
     pub(crate) fn buffered_frame(&mut self) -> Result<Option<Frame>, ReplicationError> {
         Ok(split_frame(&mut self.read)?)
