@@ -152,6 +152,7 @@ async fn pgcdc_contender(kind: &str) {
                 FileSinkOptions {
                     path: work.join("events.json"),
                     max_file_bytes: 0,
+                    page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
                 },
                 debezium(),
             )

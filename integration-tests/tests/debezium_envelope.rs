@@ -58,6 +58,7 @@ fn start(
             options: FileSinkOptions {
                 path: dir.join("events.jsonl"),
                 max_file_bytes: 0,
+                page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
             },
             format: JsonFormat::Debezium(opts),
         })

@@ -158,6 +158,7 @@ async fn changes_reach_the_file_sink_and_match_the_table() {
         FileSinkOptions {
             path: base.clone(),
             max_file_bytes: 4096,
+            page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
         },
         JsonEncoder::new(JsonFormat::Plain),
     )
@@ -572,6 +573,7 @@ async fn reconnects_after_the_walsender_is_terminated_without_losing_commits() {
         FileSinkOptions {
             path: base.clone(),
             max_file_bytes: 0,
+            page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
         },
         JsonEncoder::new(JsonFormat::Plain),
     )
@@ -685,6 +687,7 @@ async fn spilling_pipeline(
         FileSinkOptions {
             path: base.clone(),
             max_file_bytes: 64 * 1024 * 1024,
+            page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
         },
         JsonEncoder::new(JsonFormat::Plain),
     )
@@ -865,6 +868,7 @@ mod peak_memory {
             FileSinkOptions {
                 path: std::path::Path::new(&spill_dir).with_file_name("out.jsonl"),
                 max_file_bytes: 0,
+                page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
             },
             JsonEncoder::new(JsonFormat::Debezium(Default::default())),
         )

@@ -193,6 +193,7 @@ async fn run_pipeline_tuned(
         FileSinkOptions {
             path: base.to_owned(),
             max_file_bytes: 1 << 20,
+            page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
         },
         JsonEncoder::new(JsonFormat::Plain),
     )

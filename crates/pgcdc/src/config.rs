@@ -31,6 +31,7 @@
 //! type = "file"
 //! path = "/var/lib/pgcdc/changes.jsonl"
 //! max_file_bytes = 104857600
+//! # page_cache_mib = 64         # newest fsynced output left in the page cache (0: keep all)
 //! format = "debezium"
 //! # key = true                  # {"key":…,"value":…} per line (tombstones after deletes)
 //!

@@ -61,7 +61,7 @@ use checkpoint_api::{Checkpoint, CheckpointError, CheckpointMeta, Lease};
 
 use crate::event::ChangeEvent;
 
-pub use file::{FileSink, FileSinkOptions};
+pub use file::{FileSink, FileSinkOptions, DEFAULT_PAGE_CACHE_BYTES};
 pub use lines::{JsonLinesSink, StdoutSink};
 pub use nats::{NatsSink, NatsSinkOptions};
 pub use null::NullSink;

@@ -137,6 +137,7 @@ impl SinkConfig {
             SinkConfig::File {
                 path,
                 max_file_bytes,
+                page_cache_mib,
                 format,
                 schema_changes,
                 key,
@@ -144,6 +145,7 @@ impl SinkConfig {
                 options: FileSinkOptions {
                     path: path.clone(),
                     max_file_bytes: *max_file_bytes,
+                    page_cache_bytes: page_cache_mib.saturating_mul(1 << 20),
                 },
                 format: format.json_format(debezium, *schema_changes, *key),
             },

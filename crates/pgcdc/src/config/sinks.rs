@@ -74,6 +74,10 @@ pub enum SinkConfig {
         /// Rotate before a file exceeds this many bytes (0: never).
         #[serde(default)]
         max_file_bytes: u64,
+        /// The newest fsynced output kept in the page cache, MiB; older
+        /// pages are dropped (0: keep everything).
+        #[serde(default = "default_page_cache_mib")]
+        page_cache_mib: u64,
         /// JSON shape.
         #[serde(default)]
         format: Format,
@@ -118,4 +122,8 @@ pub enum SinkConfig {
     Nats(Box<super::NatsSinkConfig>),
     /// Discards events (benchmarks).
     Null,
+}
+
+fn default_page_cache_mib() -> u64 {
+    cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES >> 20
 }

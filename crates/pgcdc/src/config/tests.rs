@@ -34,6 +34,7 @@ fn parses_with_defaults_and_hides_the_password() {
         c.sinks[0],
         SinkConfig::File {
             format: Format::Plain,
+            page_cache_mib: 64,
             ..
         }
     ));

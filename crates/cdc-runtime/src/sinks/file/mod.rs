@@ -10,6 +10,12 @@ use crate::event::ChangeEvent;
 
 use super::{Sink, SinkError};
 
+mod page_cache;
+use page_cache::CacheWindow;
+
+/// The default [`FileSinkOptions::page_cache_bytes`]: 64 MiB.
+pub const DEFAULT_PAGE_CACHE_BYTES: u64 = 64 << 20;
+
 /// Where and how a [`FileSink`] writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileSinkOptions {
@@ -19,6 +25,23 @@ pub struct FileSinkOptions {
     /// this (a single longer line still goes whole into a file of its own).
     /// `0`: never rotate.
     pub max_file_bytes: u64,
+    /// How much of the newest durable output stays in the kernel's page
+    /// cache: once fsynced, older pages of the file are dropped
+    /// (`posix_fadvise(DONTNEED)`), so that gigabytes of output do not push
+    /// out what the machine reads. `0`: keep everything (the kernel decides).
+    /// Default [`DEFAULT_PAGE_CACHE_BYTES`].
+    pub page_cache_bytes: u64,
+}
+
+impl FileSinkOptions {
+    /// Files at `path`, never rotated, with the default page cache window.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        FileSinkOptions {
+            path: path.into(),
+            max_file_bytes: 0,
+            page_cache_bytes: DEFAULT_PAGE_CACHE_BYTES,
+        }
+    }
 }
 
 /// JSON lines appended to numbered files, rotated by size.
@@ -34,6 +57,9 @@ pub struct FileSinkOptions {
 /// * Opening again continues the highest-numbered file, appending. A
 ///   trailing partial line (a write torn by a crash, never flushed) is cut
 ///   off first, so every file holds whole lines only.
+/// * Fsynced output beyond the newest
+///   [`page_cache_bytes`](FileSinkOptions::page_cache_bytes) is dropped from
+///   the page cache; the files themselves are untouched.
 #[derive(Debug)]
 pub struct FileSink {
     base: PathBuf,
@@ -48,6 +74,8 @@ pub struct FileSink {
     size: u64,
     buf: Vec<u8>,
     line: Vec<u8>,
+    page_cache_bytes: u64,
+    cache: CacheWindow,
 }
 
 impl FileSink {
@@ -69,6 +97,8 @@ impl FileSink {
             size,
             buf: Vec::new(),
             line: Vec::new(),
+            page_cache_bytes: options.page_cache_bytes,
+            cache: CacheWindow::new(options.page_cache_bytes),
         })
     }
 
@@ -95,6 +125,12 @@ impl FileSink {
         }
         let mut file = self.file.take().ok_or(SinkError::Closed)?;
         let buf = std::mem::take(&mut self.buf);
+        // Every line counted in `size` is in `buf` or in the file already.
+        let drop = if sync {
+            self.cache.after_sync(self.size)
+        } else {
+            None
+        };
         let joined = tokio::task::spawn_blocking(move || {
             let written = if buf.is_empty() {
                 Ok(())
@@ -110,10 +146,12 @@ impl FileSink {
             };
             let result = written.and_then(|()| {
                 if sync {
-                    file.sync_data().map_err(|e| ("fsyncing", e))
-                } else {
-                    Ok(())
+                    file.sync_data().map_err(|e| ("fsyncing", e))?;
+                    if let Some(d) = drop {
+                        d.apply(&file);
+                    }
                 }
+                Ok(())
             });
             (file, buf, result)
         })
@@ -122,6 +160,9 @@ impl FileSink {
             .map_err(|e| SinkError::io("writing", Some(self.path.clone()), io::Error::other(e)))?;
         self.file = Some(file);
         result.map_err(|(what, e)| SinkError::io(what, Some(self.path.clone()), e))?;
+        if let Some(d) = drop {
+            self.cache.dropped(d);
+        }
         buf.clear();
         self.buf = buf;
         Ok(())
@@ -138,13 +179,25 @@ impl FileSink {
         })?;
         let path = numbered(&self.base, seq);
         let p = path.clone();
-        let file = tokio::task::spawn_blocking(move || create_synced(&p))
-            .await
-            .map_err(|e| SinkError::io("creating", Some(path.clone()), io::Error::other(e)))??;
+        // The full file is durable: it may leave the page cache entirely.
+        // (A duplicate handle: the old file stays current until the new one exists.)
+        let old = self.cache.whole_file(self.size).and_then(|d| {
+            let f = self.file.as_ref()?.try_clone().ok()?;
+            Some((f, d))
+        });
+        let file = tokio::task::spawn_blocking(move || {
+            if let Some((old, d)) = old {
+                d.apply(&old);
+            }
+            create_synced(&p)
+        })
+        .await
+        .map_err(|e| SinkError::io("creating", Some(path.clone()), io::Error::other(e)))??;
         self.file = Some(file);
         self.seq = seq;
         self.path = path;
         self.size = 0;
+        self.cache = CacheWindow::new(self.page_cache_bytes);
         Ok(())
     }
 }
@@ -216,6 +269,7 @@ impl Sink for FileSink {
         self.path = path;
         self.file = Some(file);
         self.size = size;
+        self.cache = CacheWindow::new(self.page_cache_bytes);
         Ok(())
     }
 }
@@ -354,241 +408,4 @@ fn create_synced(path: &Path) -> Result<fs::File, SinkError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use cdc_core::{Lsn, Value};
-
-    use super::*;
-    use crate::encoding::JsonFormat;
-    use crate::event::{ColumnSchema, Operation, SourceInfo, TableSchema};
-
-    fn events(n: u32, text_len: usize) -> Vec<ChangeEvent> {
-        let table = Arc::new(TableSchema {
-            facts: Default::default(),
-            oid: 1,
-            schema: "public".into(),
-            table: "t".into(),
-            columns: vec![
-                ColumnSchema {
-                    name: "id".into(),
-                    type_oid: cdc_core::types::INT4,
-                    type_modifier: -1,
-                    is_key: true,
-                },
-                ColumnSchema {
-                    name: "doc".into(),
-                    type_oid: cdc_core::types::TEXT,
-                    type_modifier: -1,
-                    is_key: false,
-                },
-            ],
-        });
-        (0..n)
-            .map(|i| ChangeEvent {
-                op: Operation::Create,
-                table: Some(table.clone()),
-                before: None,
-                after: Some(crate::event::Row::from_values(vec![
-                    Value::Int4(i as i32),
-                    Value::Text("x".repeat(text_len).into()),
-                ])),
-                message: None,
-                schema_change: None,
-                source: SourceInfo {
-                    commit_lsn: Lsn::from_u64(100),
-                    lsn: Lsn::from_u64(100),
-                    xid: 5,
-                    commit_time: None,
-                    database: "db".into(),
-                    slot: "s".into(),
-                },
-                index: i,
-                position: Default::default(),
-                boundary: None,
-            })
-            .collect()
-    }
-
-    async fn open(base: &Path, max: u64) -> FileSink {
-        FileSink::open(
-            FileSinkOptions {
-                path: base.to_path_buf(),
-                max_file_bytes: max,
-            },
-            JsonEncoder::new(JsonFormat::Plain),
-        )
-        .await
-        .unwrap()
-    }
-
-    /// Every line of every file, with the file it came from.
-    fn read_lines(base: &Path) -> Vec<(PathBuf, serde_json::Value)> {
-        let mut all = Vec::new();
-        for path in FileSink::files(base).unwrap() {
-            let text = fs::read_to_string(&path).unwrap();
-            assert!(
-                text.is_empty() || text.ends_with('\n'),
-                "{} ends mid-line",
-                path.display()
-            );
-            for line in text.lines() {
-                all.push((path.clone(), serde_json::from_str(line).unwrap()));
-            }
-        }
-        all
-    }
-
-    fn indexes(lines: &[(PathBuf, serde_json::Value)]) -> Vec<u64> {
-        lines
-            .iter()
-            .map(|(_, j)| j["index"].as_u64().unwrap())
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn rotates_by_size_without_splitting_lines() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("events.jsonl");
-        let mut sink = open(&base, 1000).await;
-        let evs = events(40, 50);
-        for chunk in evs.chunks(7) {
-            sink.write(chunk).await.unwrap();
-        }
-        sink.close().await.unwrap();
-        let files = FileSink::files(&base).unwrap();
-        assert!(files.len() > 2, "{files:?}");
-        assert_eq!(files[0], dir.path().join("events.jsonl.000001"));
-        for f in &files {
-            assert!(fs::metadata(f).unwrap().len() <= 1000);
-        }
-        let lines = read_lines(&base);
-        assert_eq!(indexes(&lines), (0..40).collect::<Vec<_>>());
-    }
-
-    #[tokio::test]
-    async fn a_line_longer_than_the_limit_gets_a_file_of_its_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("big");
-        let mut sink = open(&base, 200).await;
-        sink.write(&events(1, 10)).await.unwrap();
-        sink.write(&events(1, 500)).await.unwrap();
-        sink.write(&events(1, 10)).await.unwrap();
-        sink.flush().await.unwrap();
-        let lines = read_lines(&base);
-        assert_eq!(lines.len(), 3);
-        assert_ne!(lines[0].0, lines[1].0);
-        assert_ne!(lines[1].0, lines[2].0);
-    }
-
-    #[tokio::test]
-    async fn flush_makes_lines_visible_and_reopen_appends() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("e");
-        let evs = events(5, 3);
-        let mut sink = open(&base, 0).await;
-        sink.write(&evs[..3]).await.unwrap();
-        sink.flush().await.unwrap();
-        assert_eq!(read_lines(&base).len(), 3, "flushed lines are in the file");
-        drop(sink);
-
-        let mut sink = open(&base, 0).await;
-        assert_eq!(sink.current_path(), dir.path().join("e.000001"));
-        sink.write(&evs[3..]).await.unwrap();
-        sink.close().await.unwrap();
-        assert!(matches!(sink.write(&evs).await, Err(SinkError::Closed)));
-        assert_eq!(indexes(&read_lines(&base)), [0, 1, 2, 3, 4]);
-        assert_eq!(FileSink::files(&base).unwrap().len(), 1);
-    }
-
-    #[tokio::test]
-    async fn reopen_continues_the_last_file_and_cuts_a_torn_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("e");
-        fs::write(
-            dir.path().join("e.000002"),
-            "{\"index\":7}\n{\"index\":8,\"tor",
-        )
-        .unwrap();
-        fs::write(dir.path().join("e.000001"), "{\"index\":6}\n").unwrap();
-        fs::write(dir.path().join("e.000003x"), "not ours").unwrap();
-        let mut sink = open(&base, 0).await;
-        assert_eq!(sink.current_path(), dir.path().join("e.000002"));
-        assert_eq!(sink.current_size(), 12);
-        sink.write(&events(1, 1)).await.unwrap();
-        sink.close().await.unwrap();
-        assert_eq!(indexes(&read_lines(&base)), [6, 7, 0]);
-    }
-
-    #[test]
-    fn a_failed_write_leaves_whole_lines_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        // "a\n" was there; the write of "b\nccc\n" stopped after "b\ncc".
-        fs::write(&path, "a\nb\ncc").unwrap();
-        let file = fs::OpenOptions::new().append(true).open(&path).unwrap();
-        cut_failed_write(&file, 2, b"b\nccc\n");
-        assert_eq!(fs::read_to_string(&path).unwrap(), "a\nb\n");
-        // Nothing whole written: back to where it started.
-        fs::write(&path, "a\nbb").unwrap();
-        cut_failed_write(&file, 2, b"bbb\n");
-        assert_eq!(fs::read_to_string(&path).unwrap(), "a\n");
-    }
-
-    #[tokio::test]
-    async fn reset_discards_unflushed_lines_and_cuts_a_torn_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("e");
-        let mut sink = open(&base, 0).await;
-        let evs = events(6, 1);
-        sink.write(&evs[..3]).await.unwrap();
-        sink.flush().await.unwrap();
-        // Collected but not written: a reset drops them.
-        sink.write(&evs[3..]).await.unwrap();
-        // A write that failed half-way left a torn line in the file.
-        let mut file = fs::OpenOptions::new()
-            .append(true)
-            .open(sink.current_path())
-            .unwrap();
-        file.write_all(b"{\"index\":3,\"tor").unwrap();
-        sink.reset().await.unwrap();
-        // The replay of what was written since the flush.
-        sink.write(&evs[3..]).await.unwrap();
-        sink.close().await.unwrap();
-        assert_eq!(indexes(&read_lines(&base)), [0, 1, 2, 3, 4, 5]);
-    }
-
-    #[tokio::test]
-    async fn lines_are_written_in_chunks_and_all_by_flush() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("e");
-        let file = dir.path().join("e.000001");
-        let mut sink = open(&base, 0).await;
-        sink.write(&events(3, 10)).await.unwrap();
-        assert_eq!(
-            fs::metadata(&file).unwrap().len(),
-            0,
-            "collected, not written"
-        );
-        // More than a chunk: written without a flush, whole lines only.
-        let big = events(40, WRITE_CHUNK / 32);
-        sink.write(&big).await.unwrap();
-        let on_disk = fs::read(&file).unwrap();
-        assert!(on_disk.len() >= WRITE_CHUNK, "{}", on_disk.len());
-        assert!(on_disk.ends_with(b"\n"));
-        sink.write(&events(2, 10)).await.unwrap();
-        sink.flush().await.unwrap();
-        assert_eq!(fs::metadata(&file).unwrap().len(), sink.current_size());
-        assert_eq!(read_lines(&base).len(), 45);
-    }
-
-    #[tokio::test]
-    async fn a_file_without_any_newline_is_emptied() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("e");
-        fs::write(dir.path().join("e.000001"), "partial").unwrap();
-        let sink = open(&base, 0).await;
-        assert_eq!(sink.current_size(), 0);
-        assert_eq!(fs::read(dir.path().join("e.000001")).unwrap(), b"");
-    }
-}
+mod tests;
