@@ -111,17 +111,27 @@ impl Sql {
             // concurrent takeover makes it match nothing (READ COMMITTED re-checks the
             // updated row). Then the insert and retention ($12 = rows to keep besides the
             // new one; NULL keeps all), only if the lease row was updated.
+            //
+            // The floor, the newest row's LSN and the retention cut-off come from one
+            // scan of the newest $12 + 1 rows (`top`, `k`), each computed once: the
+            // floor, as an expression, was a subquery at every use (four), and the
+            // newest row and the cut-off two more scans down the index.
             save_inline: format!(
-                "WITH lease AS (
-                    UPDATE {leases} SET highest_id = $2, {}
+                "WITH f AS (SELECT {floor} AS floor),
+                 top AS (
+                    SELECT checkpoint_id, commit_end_lsn FROM {cps}
+                    WHERE job = $1 AND checkpoint_id >= (SELECT floor FROM f)
+                    ORDER BY checkpoint_id DESC LIMIT coalesce($12::bigint, 0) + 1),
+                 k AS (
+                    SELECT (array_agg(commit_end_lsn ORDER BY checkpoint_id DESC))[1] AS newest_lsn,
+                           CASE WHEN count(*) > $12::bigint THEN min(checkpoint_id) END AS cut
+                    FROM top),
+                 lease AS (
+                    UPDATE {leases}
+                    SET highest_id = $2, lowest_id = coalesce((SELECT cut FROM k) + 1, lowest_id)
                     WHERE job = $1 AND epoch = $3
                       AND (highest_id IS NULL OR highest_id < $2)
-                      AND NOT EXISTS (
-                        SELECT 1 FROM (
-                            SELECT commit_end_lsn FROM {cps}
-                            WHERE job = $1 AND checkpoint_id >= {floor}
-                            ORDER BY checkpoint_id DESC LIMIT 1) newest
-                        WHERE newest.commit_end_lsn > $4)
+                      AND NOT EXISTS (SELECT 1 FROM k WHERE k.newest_lsn > $4)
                     RETURNING 1),
                  ins AS (
                     INSERT INTO {cps} (job, checkpoint_id, commit_end_lsn, created_at_us,
@@ -129,13 +139,14 @@ impl Sql {
                         writer_epoch, data)
                     SELECT $1, $2, $4, $5, $6, $7, $8, 'inline', $9, $10, $3, $11 FROM lease
                     RETURNING 1),
+                 doomed AS (
+                    DELETE FROM {cps} WHERE job = $1 AND EXISTS (SELECT 1 FROM ins)
+                      AND checkpoint_id >= (SELECT floor FROM f)
+                      AND checkpoint_id <= (SELECT cut FROM k)
+                    RETURNING checkpoint_id, storage, lo_oid),
                  {}
                  SELECT EXISTS (SELECT 1 FROM ins), (SELECT count(*) FROM unlinked)",
-                lowest("$12"),
-                doomed(
-                    "$12::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM ins)",
-                    "$12"
-                )
+                gone(n)
             ),
             // Why a save was refused (read after the fact, no lock).
             lease_state: format!(
