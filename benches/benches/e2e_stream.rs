@@ -48,7 +48,8 @@
 //! `PipelineOptions::read_pause` (for experiments). For instruction counts:
 //! `PGCDC_E2E_ONLY` (comma-separated labels: `recvlogical`, `null`, `debezium`, `file`,
 //! `filemetrics` (the file sink with metrics kept and encoded every second, as a scrape),
-//! `nats`, and `null1`, `file1`, `nats1` for proto 1) runs only those contenders,
+//! `nats`, `null1`, `file1`, `nats1` for proto 1, and `files`, `filens` for the file sink
+//! on the newest protocol with in-progress streaming on / off) runs only those contenders,
 //! `PGCDC_E2E_WORKLOADS` (comma-separated: `w1`, `w2`, `w1r`, `w2r`, `w3`) runs only those
 //! workloads, and `PGCDC_E2E_WRAP` (a command line, e.g. `valgrind
 //! --tool=callgrind --callgrind-out-file=/tmp/cg.%p`) runs each pgcdc child under that
@@ -119,6 +120,9 @@ async fn pgcdc_contender(kind: &str) {
     options.proto_version = std::env::var("PGCDC_E2E_PROTO")
         .ok()
         .map(|v| v.parse().unwrap());
+    if let Ok(v) = std::env::var("PGCDC_E2E_STREAMING") {
+        options.stream_in_progress = v == "on";
+    }
     // Experiments only: the read pause (see `PipelineOptions::read_pause`).
     if let Some(us) = std::env::var("PGCDC_E2E_READ_PAUSE_US")
         .ok()
@@ -245,6 +249,8 @@ enum Contender {
     Pgcdc {
         sink: &'static str,
         proto: Option<u32>,
+        /// In-progress streaming: `None` the pipeline's default.
+        streaming: Option<bool>,
     },
 }
 
@@ -253,11 +259,19 @@ impl Contender {
     fn key(self) -> String {
         match self {
             Contender::Recvlogical => "recvlogical".into(),
-            Contender::Pgcdc { sink, proto: None } => sink.into(),
             Contender::Pgcdc {
                 sink,
-                proto: Some(v),
-            } => format!("{sink}{v}"),
+                proto,
+                streaming,
+            } => {
+                let proto = proto.map(|v| v.to_string()).unwrap_or_default();
+                let streaming = match streaming {
+                    None => "",
+                    Some(true) => "s",
+                    Some(false) => "ns",
+                };
+                format!("{sink}{proto}{streaming}")
+            }
         }
     }
 
@@ -268,7 +282,11 @@ impl Contender {
     fn label(self) -> String {
         match self {
             Contender::Recvlogical => "pg_recvlogical (proto 1, to /dev/null)".into(),
-            Contender::Pgcdc { sink, proto } => {
+            Contender::Pgcdc {
+                sink,
+                proto,
+                streaming,
+            } => {
                 let what = match sink {
                     "null" => "null sink (decode only)".to_owned(),
                     "debezium" => "null sink, Debezium JSON encoded".to_owned(),
@@ -280,9 +298,14 @@ impl Contender {
                     ),
                     other => other.to_owned(),
                 };
+                let streaming = match streaming {
+                    None => "",
+                    Some(true) => ", streaming on",
+                    Some(false) => ", streaming off",
+                };
                 match proto {
-                    Some(v) => format!("pgcdc {what}, proto {v}"),
-                    None => format!("pgcdc {what}, proto default"),
+                    Some(v) => format!("pgcdc {what}, proto {v}{streaming}"),
+                    None => format!("pgcdc {what}, proto default{streaming}"),
                 }
             }
         }
@@ -381,7 +404,11 @@ fn contender_command(c: Contender, t: &Target<'_>, slot: &str) -> Command {
                 .arg("/dev/null");
             cmd
         }
-        Contender::Pgcdc { sink, proto } => {
+        Contender::Pgcdc {
+            sink,
+            proto,
+            streaming,
+        } => {
             let exe = std::env::current_exe().unwrap();
             let wrap = std::env::var("PGCDC_E2E_WRAP").unwrap_or_default();
             let mut wrap = wrap.split_whitespace();
@@ -404,6 +431,10 @@ fn contender_command(c: Contender, t: &Target<'_>, slot: &str) -> Command {
             match proto {
                 Some(v) => cmd.env("PGCDC_E2E_PROTO", v.to_string()),
                 None => cmd.env_remove("PGCDC_E2E_PROTO"),
+            };
+            match streaming {
+                Some(on) => cmd.env("PGCDC_E2E_STREAMING", if on { "on" } else { "off" }),
+                None => cmd.env_remove("PGCDC_E2E_STREAMING"),
             };
             cmd
         }
@@ -865,7 +896,17 @@ async fn run() {
     let began = Instant::now();
     eprintln!("load before: {}", uptime());
 
-    let pgcdc = |sink, proto| Contender::Pgcdc { sink, proto };
+    let pgcdc = |sink, proto| Contender::Pgcdc {
+        sink,
+        proto,
+        streaming: None,
+    };
+    // The newest protocol with in-progress streaming set either way.
+    let streaming = |sink, on| Contender::Pgcdc {
+        sink,
+        proto: None,
+        streaming: Some(on),
+    };
     let big_txn = vec![
         Contender::Recvlogical,
         pgcdc("null", None),
@@ -875,6 +916,8 @@ async fn run() {
         pgcdc("null", Some(1)),
         pgcdc("file", Some(1)),
         pgcdc("nats", Some(1)),
+        streaming("file", true),
+        streaming("file", false),
     ];
     let small_txns = vec![
         Contender::Recvlogical,
@@ -892,6 +935,8 @@ async fn run() {
         pgcdc("file", None),
         pgcdc("null", Some(1)),
         pgcdc("file", Some(1)),
+        streaming("file", true),
+        streaming("file", false),
     ];
     let per_txn = w3_rows.div_ceil(w3_txns);
     let workloads = [
@@ -1022,11 +1067,13 @@ async fn run() {
                 Contender::Pgcdc {
                     sink: "nats",
                     proto,
+                    streaming,
                 } => ours.iter().find(|f| {
                     f.contender
                         == Contender::Pgcdc {
                             sink: "file",
                             proto,
+                            streaming,
                         }
                 }),
                 _ => None,

@@ -836,7 +836,7 @@ async fn spill_dir_full_then_freed() {
     let dir = TempDir::new("faults-spill-out");
     let events = dir.path().join("events.jsonl");
     let text = format!(
-        "{}[pipeline]\nbyte_budget = 65536\nspill_dir = {:?}\n\
+        "{}[pipeline]\nstream_in_progress = true\nbyte_budget = 65536\nspill_dir = {:?}\n\
          [checkpoint]\njob = \"spill_full\"\ninterval_ms = 200\n\
          [[sinks]]\ntype = \"file\"\npath = {:?}\n",
         source_section(&source, source.port(), "spill_full", ""),

@@ -694,6 +694,7 @@ async fn spilling_pipeline(
     .await
     .unwrap();
     let mut opts = options(source);
+    opts.stream_in_progress = true;
     opts.byte_budget = 256 * 1024;
     opts.spill_dir = spill_dir.clone();
     opts.batch_size = 1000;
@@ -861,6 +862,9 @@ mod peak_memory {
             &source.publication,
         );
         opts.spill_dir = spill_dir.clone().into();
+        // The path under test: the server streams the transaction and the
+        // pipeline holds it (by default the server would hold it).
+        opts.stream_in_progress = true;
         // Publish the confirmed position often, so the time measured is the
         // pipeline's and not the status interval's.
         opts.status_interval = Duration::from_millis(100);

@@ -311,6 +311,7 @@ async fn a_large_prepared_transaction_arrives_once(proto_version: u32) {
     std::fs::create_dir_all(&spill).unwrap();
     let spill_dir = spill.clone();
     let (stop, task, _progress) = run_pipeline_tuned(&db, &slot, proto_version, &base, |o| {
+        o.stream_in_progress = true;
         o.byte_budget = 16 * 1024;
         o.spill_dir = spill_dir;
     })

@@ -21,6 +21,7 @@
 //!
 //! [pipeline]
 //! batch_size = 1000
+//! # stream_in_progress = false  # true: the server streams large transactions before their commit
 //! byte_budget = 67108864        # streamed in-progress transactions held in memory, bytes
 //! # spill_dir = "/var/tmp/pgcdc" # where larger ones go; default: the system temp directory
 //! status_interval_secs = 10
@@ -325,6 +326,10 @@ pub struct PipelineConfig {
     /// Bytes of streamed in-progress transactions held in memory; past it
     /// the largest is spilled to a file in `spill_dir`.
     pub byte_budget: usize,
+    /// Whether the server streams large transactions before they commit
+    /// (pgcdc then holds them, spilling past `byte_budget`); off, the
+    /// server holds them and sends them after the commit.
+    pub stream_in_progress: bool,
     /// Directory for spill files (`None`: the system temporary directory).
     pub spill_dir: Option<PathBuf>,
     /// Seconds between standby status updates.
@@ -374,6 +379,7 @@ impl Default for PipelineConfig {
         PipelineConfig {
             batch_size: DEFAULT_BATCH_SIZE,
             byte_budget: DEFAULT_BYTE_BUDGET,
+            stream_in_progress: cdc_runtime::pipeline::DEFAULT_STREAM_IN_PROGRESS,
             spill_dir: None,
             status_interval_secs: DEFAULT_STATUS_INTERVAL.as_secs(),
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,

@@ -87,6 +87,9 @@ pub struct PipelineTuning {
     pub batch_size: usize,
     /// Bytes of streamed in-progress transactions held in memory.
     pub byte_budget: usize,
+    /// Whether the server streams large transactions before they commit
+    /// (see [`PipelineOptions::stream_in_progress`](crate::pipeline::PipelineOptions::stream_in_progress)).
+    pub stream_in_progress: bool,
     /// Where larger ones are spilled (default: the system temp directory).
     pub spill_dir: Option<PathBuf>,
     /// Interval between standby status updates.
@@ -110,6 +113,7 @@ impl Default for PipelineTuning {
         PipelineTuning {
             batch_size: DEFAULT_BATCH_SIZE,
             byte_budget: DEFAULT_BYTE_BUDGET,
+            stream_in_progress: crate::pipeline::DEFAULT_STREAM_IN_PROGRESS,
             spill_dir: None,
             status_interval: DEFAULT_STATUS_INTERVAL,
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,

@@ -449,6 +449,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     };
     po.batch_size = tuning.batch_size;
     po.byte_budget = tuning.byte_budget;
+    po.stream_in_progress = tuning.stream_in_progress;
     if let Some(dir) = &tuning.spill_dir {
         po.spill_dir = dir.clone();
     }

@@ -140,7 +140,7 @@ pub use defaults::{
     DEFAULT_SINK_TIMEOUT, DEFAULT_STATUS_INTERVAL,
 };
 pub use error::PipelineError;
-pub use options::{Backoff, PipelineOptions, READ_PAUSE_BELOW};
+pub use options::{Backoff, PipelineOptions, DEFAULT_STREAM_IN_PROGRESS, READ_PAUSE_BELOW};
 pub use spill::SpillError;
 
 use progress::LsnProgress;

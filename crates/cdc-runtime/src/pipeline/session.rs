@@ -141,6 +141,9 @@ impl Source<'_> {
             if let Some(v) = opts.proto_version {
                 pgoutput = pgoutput.proto_version(v).map_err(ReplicationError::from)?;
             }
+            if !opts.stream_in_progress {
+                pgoutput = pgoutput.streaming(false).map_err(ReplicationError::from)?;
+            }
             let mut start = self.processed.max(shared.lsn.confirmed());
             // Resuming from a checkpoint on a two-phase slot: start where the
             // slot is confirmed, so that the server sends again every

@@ -31,6 +31,7 @@ impl Config {
             .tuning(PipelineTuning {
                 batch_size: self.pipeline.batch_size,
                 byte_budget: self.pipeline.byte_budget,
+                stream_in_progress: self.pipeline.stream_in_progress,
                 spill_dir: self.pipeline.spill_dir.clone(),
                 status_interval: self.status_interval(),
                 channel_capacity: self.pipeline.channel_capacity,

@@ -33,6 +33,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_SOURCE_ON_SLOT_LOST",
     "PGCDC_PIPELINE_BATCH_SIZE",
     "PGCDC_PIPELINE_BYTE_BUDGET",
+    "PGCDC_PIPELINE_STREAM_IN_PROGRESS",
     "PGCDC_PIPELINE_SPILL_DIR",
     "PGCDC_PIPELINE_STATUS_INTERVAL_SECS",
     "PGCDC_PIPELINE_STATUS_LOG_INTERVAL_SECS",
@@ -259,6 +260,9 @@ impl Config {
         }
         if let Some(v) = num("byte_budget")? {
             p.byte_budget = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = env("PGCDC_PIPELINE_STREAM_IN_PROGRESS") {
+            p.stream_in_progress = env_bool("PGCDC_PIPELINE_STREAM_IN_PROGRESS", v)?;
         }
         if let Some(v) = env("PGCDC_PIPELINE_SPILL_DIR") {
             p.spill_dir = Some(v.into());
