@@ -252,8 +252,10 @@ fn resident_bytes(path: &Path) -> u64 {
 /// Whether `dir` is on a file system whose pages `posix_fadvise` cannot
 /// drop (tmpfs keeps its pages: they are the files).
 fn on_tmpfs(dir: &Path) -> bool {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == TMPFS_MAGIC)
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    // `f_type`'s type differs between targets.
+    #[allow(clippy::cast_sign_loss)]
+    rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as u64 == TMPFS_MAGIC)
 }
 
 /// Writes 8 MiB in flushes of about 256 KiB; returns what stays cached and
