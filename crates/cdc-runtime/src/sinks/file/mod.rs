@@ -126,7 +126,7 @@ impl FileSink {
         let mut file = self.file.take().ok_or(SinkError::Closed)?;
         let buf = std::mem::take(&mut self.buf);
         // Every line counted in `size` is in `buf` or in the file already.
-        let drop = if sync {
+        let evict = if sync {
             self.cache.after_sync(self.size)
         } else {
             None
@@ -147,8 +147,8 @@ impl FileSink {
             let result = written.and_then(|()| {
                 if sync {
                     file.sync_data().map_err(|e| ("fsyncing", e))?;
-                    if let Some(d) = drop {
-                        d.apply(&file);
+                    if let Some(e) = evict {
+                        e.apply(&file);
                     }
                 }
                 Ok(())
@@ -160,8 +160,8 @@ impl FileSink {
             .map_err(|e| SinkError::io("writing", Some(self.path.clone()), io::Error::other(e)))?;
         self.file = Some(file);
         result.map_err(|(what, e)| SinkError::io(what, Some(self.path.clone()), e))?;
-        if let Some(d) = drop {
-            self.cache.dropped(d);
+        if let Some(e) = evict {
+            self.cache.dropped(e);
         }
         buf.clear();
         self.buf = buf;

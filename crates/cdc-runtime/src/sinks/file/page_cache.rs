@@ -15,12 +15,12 @@ use std::fs::File;
 
 /// The part of a file to drop from the page cache after an fsync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Drop {
+pub(super) struct Evict {
     offset: u64,
     len: u64,
 }
 
-impl Drop {
+impl Evict {
     /// Asks the kernel to drop the range's pages (`POSIX_FADV_DONTNEED`).
     /// Only advice: where it fails or the platform has none, the pages stay.
     pub(super) fn apply(self, file: &File) {
@@ -53,25 +53,25 @@ impl CacheWindow {
     /// What to drop once the file's first `durable` bytes are fsynced: all
     /// but the newest `window`, in steps of at least `window` so that a
     /// flush per transaction does not make a system call per transaction.
-    pub(super) fn after_sync(&self, durable: u64) -> Option<Drop> {
+    pub(super) fn after_sync(&self, durable: u64) -> Option<Evict> {
         if self.window == 0 {
             return None;
         }
         let upto = durable.saturating_sub(self.window);
-        (upto >= self.dropped.saturating_add(self.window)).then_some(Drop {
+        (upto >= self.dropped.saturating_add(self.window)).then_some(Evict {
             offset: self.dropped,
             len: upto - self.dropped,
         })
     }
 
-    /// Records that `drop` was applied.
-    pub(super) fn dropped(&mut self, drop: Drop) {
-        self.dropped = self.dropped.max(drop.offset + drop.len);
+    /// Records that `evict` was applied.
+    pub(super) fn dropped(&mut self, evict: Evict) {
+        self.dropped = self.dropped.max(evict.offset + evict.len);
     }
 
     /// A file that is complete (rotated away from): all of it may go.
-    pub(super) fn whole_file(&self, len: u64) -> Option<Drop> {
-        (self.window != 0 && len > self.dropped).then_some(Drop {
+    pub(super) fn whole_file(&self, len: u64) -> Option<Evict> {
+        (self.window != 0 && len > self.dropped).then_some(Evict {
             offset: self.dropped,
             len: len - self.dropped,
         })
@@ -89,7 +89,7 @@ mod tests {
         let d = w.after_sync(200).unwrap();
         assert_eq!(
             d,
-            Drop {
+            Evict {
                 offset: 0,
                 len: 100
             }
@@ -99,7 +99,7 @@ mod tests {
         let d = w.after_sync(330).unwrap();
         assert_eq!(
             d,
-            Drop {
+            Evict {
                 offset: 100,
                 len: 130
             }
@@ -107,7 +107,7 @@ mod tests {
         w.dropped(d);
         assert_eq!(
             w.whole_file(400),
-            Some(Drop {
+            Some(Evict {
                 offset: 230,
                 len: 170
             })
@@ -129,7 +129,7 @@ mod tests {
         std::fs::write(&path, &data).unwrap();
         let file = File::open(&path).unwrap();
         file.sync_all().unwrap();
-        Drop {
+        Evict {
             offset: 0,
             len: data.len() as u64,
         }
