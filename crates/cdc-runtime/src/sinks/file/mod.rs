@@ -74,7 +74,6 @@ pub struct FileSink {
     size: u64,
     buf: Vec<u8>,
     line: Vec<u8>,
-    page_cache_bytes: u64,
     cache: CacheWindow,
 }
 
@@ -97,7 +96,6 @@ impl FileSink {
             size,
             buf: Vec::new(),
             line: Vec::new(),
-            page_cache_bytes: options.page_cache_bytes,
             cache: CacheWindow::new(options.page_cache_bytes),
         })
     }
@@ -197,7 +195,7 @@ impl FileSink {
         self.seq = seq;
         self.path = path;
         self.size = 0;
-        self.cache = CacheWindow::new(self.page_cache_bytes);
+        self.cache.new_file();
         Ok(())
     }
 }
@@ -269,7 +267,7 @@ impl Sink for FileSink {
         self.path = path;
         self.file = Some(file);
         self.size = size;
-        self.cache = CacheWindow::new(self.page_cache_bytes);
+        self.cache.new_file();
         Ok(())
     }
 }

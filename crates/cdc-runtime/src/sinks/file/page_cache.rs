@@ -50,6 +50,11 @@ impl CacheWindow {
         CacheWindow { window, dropped: 0 }
     }
 
+    /// The same window for another file (or the file opened again).
+    pub(super) fn new_file(&mut self) {
+        self.dropped = 0;
+    }
+
     /// What to drop once the file's first `durable` bytes are fsynced: all
     /// but the newest `window`, in steps of at least `window` so that a
     /// flush per transaction does not make a system call per transaction.
