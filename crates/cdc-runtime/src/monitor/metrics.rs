@@ -94,6 +94,7 @@ pub struct Metrics {
     pub(crate) reconnects: Counter,
     pub(crate) sink_errors: Family<SinkErrorLabels, Counter>,
     pub(crate) sink_retries: Family<SinkLabel, Counter>,
+    pub(crate) sink_duplicates: Family<SinkLabel, Counter>,
     sink_info: Family<SinkInfoLabels, Gauge>,
 }
 
@@ -133,6 +134,7 @@ impl Metrics {
             reconnects: Counter::default(),
             sink_errors: Family::default(),
             sink_retries: Family::default(),
+            sink_duplicates: Family::default(),
             sink_info: Family::default(),
         };
         r.register(
@@ -226,6 +228,11 @@ impl Metrics {
             "sink_retries",
             "Sink retries after transient errors",
             m.sink_retries.clone(),
+        );
+        r.register(
+            "sink_duplicates_dropped",
+            "Records a sink's destination dropped as repeats of ones it already held (a replay after a restart or an error; the NATS sink's JetStream deduplication)",
+            m.sink_duplicates.clone(),
         );
         r.register(
             "sink_info",

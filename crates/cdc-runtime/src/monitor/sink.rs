@@ -16,6 +16,8 @@ pub(crate) struct SinkWatch {
     monitor: Monitor,
     /// Commit times of transactions written and not yet flushed.
     pending: Vec<PgTimestamp>,
+    /// The sink's duplicates total when last reported.
+    duplicates_seen: u64,
 }
 
 impl SinkWatch {
@@ -24,6 +26,7 @@ impl SinkWatch {
             index,
             monitor,
             pending: Vec::new(),
+            duplicates_seen: 0,
         }
     }
 
@@ -54,6 +57,21 @@ impl SinkWatch {
                 // A source clock ahead of ours reads as zero.
                 histogram.observe(now.duration_since(at).unwrap_or_default().as_secs_f64());
             }
+        }
+    }
+
+    /// The sink's destination has dropped `total` duplicates since it was
+    /// opened.
+    pub(crate) fn duplicates(&mut self, total: u64) {
+        // A reopened sink counts from 0 again.
+        let new = total.checked_sub(self.duplicates_seen).unwrap_or(total);
+        self.duplicates_seen = total;
+        if new > 0 {
+            self.monitor
+                .metrics
+                .sink_duplicates
+                .get_or_create(&self.label())
+                .inc_by(new);
         }
     }
 

@@ -236,6 +236,7 @@ impl Retrying {
                     self.durable();
                     if let Some(w) = self.watch.as_mut() {
                         w.flushed();
+                        w.duplicates(self.sink.duplicates_dropped());
                     }
                     return Ok(());
                 }

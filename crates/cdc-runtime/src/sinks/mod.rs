@@ -126,6 +126,14 @@ pub trait Sink: Send {
     async fn reset(&mut self) -> Result<(), SinkError> {
         Err(SinkError::ResetUnsupported)
     }
+
+    /// Records the destination dropped as repeats of ones it already held
+    /// (a replay after a restart or an error), since the sink was opened;
+    /// 0 for a sink that cannot tell. Exported as
+    /// `pgcdc_sink_duplicates_dropped_total`.
+    fn duplicates_dropped(&self) -> u64 {
+        0
+    }
 }
 
 #[async_trait::async_trait]
@@ -155,6 +163,9 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     }
     async fn reset(&mut self) -> Result<(), SinkError> {
         (**self).reset().await
+    }
+    fn duplicates_dropped(&self) -> u64 {
+        (**self).duplicates_dropped()
     }
 }
 

@@ -1,7 +1,6 @@
 //! NATS errors, sorted into transient (retry with a new connection and a
 //! replay) and permanent (a setting to fix).
 
-use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::ConnectErrorKind;
 
 /// Why the NATS sink failed.
@@ -65,29 +64,6 @@ impl NatsError {
             | ConnectErrorKind::MaxReconnects => {
                 Self::transient("connect", format!("{servers} did not answer: {e}"))
             }
-        }
-    }
-
-    /// A failed publish or PubAck.
-    pub(crate) fn publish(e: &async_nats::jetstream::context::PublishError, stream: &str) -> Self {
-        match e.kind() {
-            PublishErrorKind::MaxPayloadExceeded => Self::permanent(
-                "publish",
-                format!("{e}; raise max_payload on the NATS server, or leave large columns out of the publication"),
-            ),
-            PublishErrorKind::WrongLastMessageId => Self::transient(
-                "publish",
-                format!("{e}: a message before this one did not reach stream {stream}, so this one was refused to keep the order; replaying from the last acknowledged message. If this repeats, another publisher writes into the stream: a stream takes one pgcdc job's messages only"),
-            ),
-            PublishErrorKind::StreamNotFound => Self::transient(
-                "publish",
-                format!("{e} (no JetStream stream answered: the server is starting, or stream {stream} was deleted)"),
-            ),
-            PublishErrorKind::TimedOut
-            | PublishErrorKind::BrokenPipe
-            | PublishErrorKind::MaxAckPending
-            | PublishErrorKind::WrongLastSequence
-            | PublishErrorKind::Other => Self::transient("publish", e.to_string()),
         }
     }
 }

@@ -22,22 +22,23 @@
 //!   [resets](Sink::reset) it (a new connection) and replays from the last
 //!   acknowledged message. So the stream holds the job's messages in
 //!   commit order, each once — and a stream takes one job's messages only.
+//!   A message refused only because the one before it was a duplicate (a
+//!   replay that repeats part of what it delivered) is sent again, chained
+//!   to the last message stored; see the [publisher](publisher) module.
 //! * The job refuses to start when the checkpoint interval plus
 //!   [`DEDUPE_MARGIN`] is not shorter than the stream's duplicate window,
 //!   since a replay could then reach back past it.
 
 mod error;
 mod options;
+mod publisher;
 mod stream;
 mod subject;
 mod tls;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use async_nats::header::{self, HeaderName};
-use async_nats::jetstream::{self, context::PublishAckFuture};
-use async_nats::HeaderMap;
+use async_nats::jetstream;
 use bytes::Bytes;
 use tokio::sync::watch;
 
@@ -50,6 +51,7 @@ pub use options::{
     NatsAuth, NatsSinkOptions, NatsStorage, NatsStreamOptions, NatsTls, NatsTlsMode, DEDUPE_MARGIN,
     DEFAULT_SUBJECT,
 };
+use publisher::{Outgoing, Publisher};
 pub use subject::TemplateError;
 use subject::{partition_of, SubjectTemplate};
 
@@ -60,10 +62,6 @@ pub const HEADER_OP: &str = "Pgcdc-Op";
 /// The header that marks a record other than the event's own change:
 /// `tombstone`, `key-delete`, `key-create`.
 pub const HEADER_RECORD: &str = "Pgcdc-Record";
-
-const COMMIT_LSN: HeaderName = HeaderName::from_static(HEADER_COMMIT_LSN);
-const OP: HeaderName = HeaderName::from_static(HEADER_OP);
-const RECORD: HeaderName = HeaderName::from_static(HEADER_RECORD);
 
 /// Publishes change events into a JetStream stream; see the
 /// [module docs](self).
@@ -76,21 +74,19 @@ pub struct NatsSink {
     /// Debezium `key`: payloads are `{"key":…,"value":…}`, with tombstones.
     keyed: bool,
     stream: String,
-    conn: Option<Connection>,
-    in_flight: VecDeque<PublishAckFuture>,
-    /// The id of the last message sent on this connection.
-    last_id: Option<String>,
+    conn: Option<Publisher>,
     duplicates: u64,
     unlogged_duplicates: u64,
+    unlogged_resent: u64,
     closed: bool,
 }
 
+/// A client, a JetStream context on it for the stream, and what counts
+/// its disconnects.
 struct Connection {
+    client: async_nats::Client,
     js: jetstream::Context,
-    /// Counts the client's disconnects: a PubAck awaited across one
-    /// will not come.
     disconnects: watch::Receiver<u64>,
-    seen: u64,
 }
 
 impl std::fmt::Debug for NatsSink {
@@ -98,7 +94,7 @@ impl std::fmt::Debug for NatsSink {
         f.debug_struct("NatsSink")
             .field("options", &self.options)
             .field("stream", &self.stream)
-            .field("in_flight", &self.in_flight.len())
+            .field("conn", &self.conn)
             .field("duplicates", &self.duplicates)
             .finish_non_exhaustive()
     }
@@ -120,17 +116,18 @@ impl NatsSink {
             ))),
             _ => None,
         };
+        let stream = options.stream_name();
+        let publisher = publisher_on(conn, &options, &stream).await?;
         Ok(NatsSink {
             encoder: JsonEncoder::new(options.format.clone()),
-            stream: options.stream_name(),
+            stream,
             template,
             key_encoder,
             keyed,
-            conn: Some(conn),
-            in_flight: VecDeque::new(),
-            last_id: None,
+            conn: Some(publisher),
             duplicates: 0,
             unlogged_duplicates: 0,
+            unlogged_resent: 0,
             closed: false,
             options,
         })
@@ -150,7 +147,7 @@ impl NatsSink {
     /// Messages JetStream dropped as repeats (a replay after a restart or
     /// an error) since the sink was opened.
     pub fn duplicates(&self) -> u64 {
-        self.duplicates
+        self.duplicates + self.conn.as_ref().map_or(0, |c| c.pending_duplicates())
     }
 
     /// Publishes one record.
@@ -197,62 +194,28 @@ impl NatsSink {
             (_, None) => *subject = self.template.message_subject(),
         }
         let lsn = ev.source.commit_lsn.to_string();
-        let id = message_id(&self.options.job, &lsn, record);
-        let mut headers = HeaderMap::new();
-        headers.insert(header::NATS_MESSAGE_ID, id.as_str());
-        if let Some(last) = &self.last_id {
-            headers.insert(header::NATS_EXPECTED_LAST_MESSAGE_ID, last.as_str());
-        }
-        headers.insert(COMMIT_LSN, lsn);
-        headers.insert(OP, ev.op.name());
-        if let Some(part) = part_name(record.part) {
-            headers.insert(RECORD, part);
-        }
-        let conn = self.conn.as_ref().ok_or(SinkError::Closed)?;
-        let ack = conn
-            .js
-            .send_publish(
-                subject.clone(),
-                jetstream::message::PublishMessage::build()
-                    .payload(Bytes::from(payload))
-                    .headers(headers),
-            )
+        let message = Outgoing {
+            subject: async_nats::Subject::from(subject.as_str()),
+            payload: Bytes::from(payload),
+            id: message_id(&self.options.job, &lsn, record),
+            lsn,
+            op: ev.op.name(),
+            record: part_name(record.part),
+        };
+        let conn = self.conn.as_mut().ok_or(SinkError::Closed)?;
+        conn.send(message)
             .await
-            .map_err(|e| SinkError::Nats(NatsError::publish(&e, &self.stream)).at(ev))?;
-        self.last_id = Some(id);
-        self.in_flight.push_back(ack);
-        while self.in_flight.len() > self.options.max_in_flight.max(1) {
-            self.await_oldest().await?;
-        }
+            .map_err(|e| SinkError::Nats(e).at(ev))?;
         Ok(())
     }
 
-    /// Waits for the oldest publish's PubAck.
-    async fn await_oldest(&mut self) -> Result<(), SinkError> {
-        let Some(ack) = self.in_flight.pop_front() else {
-            return Ok(());
-        };
-        let conn = self.conn.as_mut().ok_or(SinkError::Closed)?;
-        let seen = conn.seen;
-        let lost = conn.disconnects.wait_for(|n| *n != seen);
-        let result = tokio::select! {
-            biased;
-            r = ack => r,
-            _ = lost => {
-                return Err(SinkError::Nats(NatsError::transient(
-                    "publish",
-                    "the connection to NATS was lost with publishes in flight; reconnecting and replaying from the last acknowledged message",
-                )));
-            }
-        };
-        match result {
-            Ok(ack) if ack.duplicate => {
-                self.duplicates += 1;
-                self.unlogged_duplicates += 1;
-                Ok(())
-            }
-            Ok(_) => Ok(()),
-            Err(e) => Err(SinkError::Nats(NatsError::publish(&e, &self.stream))),
+    /// Moves the publisher's counts into the sink's.
+    fn count(&mut self) {
+        if let Some(conn) = self.conn.as_mut() {
+            let d = conn.take_duplicates();
+            self.duplicates += d;
+            self.unlogged_duplicates += d;
+            self.unlogged_resent += conn.take_resent();
         }
     }
 }
@@ -294,6 +257,23 @@ fn parse_template(options: &NatsSinkOptions) -> Result<SubjectTemplate, SinkErro
         .map_err(|e| SinkError::Nats(NatsError::permanent("subject", e.to_string())))
 }
 
+/// A publisher on `conn` for the sink's stream.
+async fn publisher_on(
+    conn: Connection,
+    options: &NatsSinkOptions,
+    stream: &str,
+) -> Result<Publisher, SinkError> {
+    Publisher::new(
+        conn.client,
+        conn.disconnects,
+        options.max_in_flight,
+        options.ack_timeout,
+        stream.to_owned(),
+    )
+    .await
+    .map_err(SinkError::Nats)
+}
+
 /// A client and a JetStream context for `options`.
 async fn connect(options: &NatsSinkOptions) -> Result<Connection, SinkError> {
     use crate::sinks::nats::options::NatsAuth;
@@ -302,6 +282,8 @@ async fn connect(options: &NatsSinkOptions) -> Result<Connection, SinkError> {
     let tx = Arc::new(tx);
     let mut connect = async_nats::ConnectOptions::new()
         .name("pgcdc")
+        // The sink's subjects are percent-encoded by the template.
+        .skip_subject_validation(true)
         .connection_timeout(options.ack_timeout)
         .event_callback(move |event| {
             let tx = tx.clone();
@@ -361,14 +343,11 @@ async fn connect(options: &NatsSinkOptions) -> Result<Connection, SinkError> {
         .map_err(|e| SinkError::Nats(NatsError::connect(servers, &e)))?;
     let js = jetstream::ContextBuilder::new()
         .timeout(options.ack_timeout)
-        .max_ack_inflight(options.max_in_flight.max(1) + 1)
-        .backpressure_on_inflight(true)
-        .build(client);
-    let seen = *rx.borrow();
+        .build(client.clone());
     Ok(Connection {
+        client,
         js,
         disconnects: rx,
-        seen,
     })
 }
 
@@ -398,8 +377,19 @@ impl Sink for NatsSink {
         if self.closed {
             return Err(SinkError::Closed);
         }
-        while !self.in_flight.is_empty() {
-            self.await_oldest().await?;
+        let flushed = match self.conn.as_mut() {
+            Some(conn) => conn.flush().await.map_err(SinkError::Nats),
+            None => Err(SinkError::Closed),
+        };
+        self.count();
+        flushed?;
+        if self.unlogged_resent > 0 {
+            tracing::info!(
+                stream = %self.stream,
+                "nats sink: sent {} messages again that JetStream refused after a duplicate (a replay that repeats part of what it delivered, such as a snapshot chunk read again)",
+                self.unlogged_resent
+            );
+            self.unlogged_resent = 0;
         }
         if self.unlogged_duplicates > 0 {
             tracing::info!(
@@ -419,7 +409,6 @@ impl Sink for NatsSink {
         }
         let flushed = self.flush().await;
         self.closed = true;
-        self.in_flight.clear();
         self.conn = None;
         flushed
     }
@@ -428,12 +417,16 @@ impl Sink for NatsSink {
         true
     }
 
+    fn duplicates_dropped(&self) -> u64 {
+        self.duplicates()
+    }
+
     async fn reset(&mut self) -> Result<(), SinkError> {
         // What is in flight is replayed: the ids make repeats harmless.
-        self.in_flight.clear();
-        self.last_id = None;
+        self.count();
         self.conn = None;
-        self.conn = Some(connect(&self.options).await?);
+        let conn = connect(&self.options).await?;
+        self.conn = Some(publisher_on(conn, &self.options, &self.stream).await?);
         self.closed = false;
         Ok(())
     }
