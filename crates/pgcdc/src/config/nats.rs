@@ -109,6 +109,10 @@ pub struct StreamConfig {
     /// `file` or `memory`.
     #[serde(default)]
     pub storage: StorageConfig,
+    /// Accept a stream with memory storage, and at-least-once delivery
+    /// with it (without this the sink refuses one).
+    #[serde(default)]
+    pub allow_memory_storage: bool,
     /// Replicas.
     #[serde(default = "one_usize")]
     pub replicas: usize,
@@ -127,6 +131,7 @@ impl Default for StreamConfig {
             create: true,
             subjects: Vec::new(),
             storage: StorageConfig::File,
+            allow_memory_storage: false,
             replicas: 1,
             max_age_secs: 0,
             duplicate_window_secs: default_window(),
@@ -141,7 +146,8 @@ pub enum StorageConfig {
     /// On disk.
     #[default]
     File,
-    /// In memory (lost when the server restarts: not exactly once).
+    /// In memory (lost when the server restarts: not exactly once, so
+    /// refused unless `allow_memory_storage`).
     Memory,
 }
 
@@ -206,6 +212,7 @@ impl NatsSinkConfig {
             StorageConfig::File => NatsStorage::File,
             StorageConfig::Memory => NatsStorage::Memory,
         };
+        stream.allow_memory_storage = s.allow_memory_storage;
         stream.replicas = s.replicas;
         stream.max_age = (s.max_age_secs > 0).then(|| Duration::from_secs(s.max_age_secs));
         stream.duplicate_window = Duration::from_secs(s.duplicate_window_secs);

@@ -367,6 +367,12 @@ fn a_nats_sink_takes_its_defaults_and_hides_its_secrets() {
     assert_eq!(o.stream_subjects(), ["app.>"]);
     assert_eq!(o.stream.duplicate_window, Duration::from_secs(120));
     assert_eq!(o.stream.storage, NatsStorage::File);
+    assert!(
+        !o.stream.allow_memory_storage,
+        "memory storage is refused unless asked for"
+    );
+    assert_eq!(o.stream.replicas, 1);
+    assert_eq!(o.stream.max_age, None);
     assert!(o.stream.create);
     assert_eq!(o.max_in_flight, 1024);
     assert!(matches!(o.auth, NatsAuth::None));
@@ -390,9 +396,38 @@ fn a_nats_sink_takes_its_defaults_and_hides_its_secrets() {
     assert_eq!(o.partitions, 4);
     assert_eq!(o.stream_name(), "S");
     assert_eq!(o.stream.storage, NatsStorage::Memory);
+    assert!(!o.stream.allow_memory_storage);
     assert_eq!(o.stream.duplicate_window, Duration::from_secs(300));
     assert_eq!(o.tls.mode, NatsTlsMode::VerifyFull);
     assert!(!format!("{o:?}").contains("hunter2"));
+}
+
+#[test]
+fn a_nats_stream_takes_allow_memory_storage_max_age_and_replicas() {
+    use cdc_runtime::sinks::nats::NatsStorage;
+    let o = with_nats(
+        r#"[sinks.stream]
+        storage = "memory"
+        allow_memory_storage = true
+        replicas = 3
+        max_age_secs = 3600"#,
+    )
+    .unwrap();
+    assert_eq!(o.stream.storage, NatsStorage::Memory);
+    assert!(o.stream.allow_memory_storage);
+    assert_eq!(o.stream.replicas, 3);
+    assert_eq!(o.stream.max_age, Some(Duration::from_secs(3600)));
+    // The opt-in alone changes nothing about the storage asked for.
+    let o = with_nats("[sinks.stream]\nallow_memory_storage = true").unwrap();
+    assert_eq!(o.stream.storage, NatsStorage::File);
+    assert!(o.stream.allow_memory_storage);
+    // max_age_secs = 0 keeps messages for ever.
+    let o = with_nats("[sinks.stream]\nmax_age_secs = 0").unwrap();
+    assert_eq!(o.stream.max_age, None);
+    let e = with_nats("[sinks.stream]\nallow_memory_storage = \"yes\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("allow_memory_storage"), "{e}");
 }
 
 #[test]

@@ -195,6 +195,11 @@ pub struct NatsStreamOptions {
     pub subjects: Vec<String>,
     /// File or memory storage.
     pub storage: NatsStorage,
+    /// Accept a stream with memory storage (created so, or found so). It
+    /// loses its messages and its duplicate-id window when the server
+    /// restarts, so the sink is at least once on it, not exactly once;
+    /// without this the sink refuses it.
+    pub allow_memory_storage: bool,
     /// Replicas (1 to 5).
     pub replicas: usize,
     /// How long messages are kept (`None`: for ever).
@@ -210,6 +215,7 @@ impl Default for NatsStreamOptions {
             create: true,
             subjects: Vec::new(),
             storage: NatsStorage::File,
+            allow_memory_storage: false,
             replicas: 1,
             max_age: None,
             duplicate_window: Duration::from_secs(120),
@@ -223,6 +229,7 @@ pub enum NatsStorage {
     /// On disk.
     #[default]
     File,
-    /// In memory.
+    /// In memory (lost when the server restarts: the sink refuses it
+    /// unless [`NatsStreamOptions::allow_memory_storage`] is set).
     Memory,
 }

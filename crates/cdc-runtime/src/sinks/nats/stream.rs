@@ -1,6 +1,7 @@
 //! The JetStream stream: created when missing, checked when present (its
-//! subjects must cover the sink's, and its duplicate window must outlast a
-//! replay).
+//! subjects must cover the sink's, its duplicate window must outlast a
+//! replay, and it must keep its messages on disk unless
+//! `allow_memory_storage` says otherwise).
 
 use std::time::Duration;
 
@@ -40,7 +41,16 @@ pub(crate) async fn ensure(
         "sinks.stream.subjects",
     )?;
     let (config, verb) = match js.get_stream(&name).await {
-        Ok(s) => (s.cached_info().config.clone(), "exists"),
+        Ok(s) => {
+            let config = s.cached_info().config.clone();
+            check_storage(
+                &name,
+                config.storage,
+                options.stream.allow_memory_storage,
+                true,
+            )?;
+            (config, "exists")
+        }
         Err(e) if is_not_found(&e) => {
             if !options.stream.create {
                 return Err(NatsError::permanent(
@@ -48,6 +58,13 @@ pub(crate) async fn ensure(
                     format!("stream {name} does not exist; create it (subjects {:?}) or set create = true in [sinks.stream]", wanted.subjects),
                 ));
             }
+            // Refused before anything is created.
+            check_storage(
+                &name,
+                wanted.storage,
+                options.stream.allow_memory_storage,
+                false,
+            )?;
             if plan {
                 (wanted.clone(), "will be created")
             } else {
@@ -75,18 +92,58 @@ pub(crate) async fn ensure(
     if verb == "exists" && config.duplicate_window != wanted.duplicate_window {
         tracing::info!(stream = %name, "the stream's duplicate_window is {} s, not the configured {} s; the stream's own setting applies", config.duplicate_window.as_secs(), wanted.duplicate_window.as_secs());
     }
+    let memory = config.storage == stream::StorageType::Memory;
+    if memory && !plan {
+        tracing::warn!(
+            stream = %name,
+            "nats sink: stream {name} keeps its messages in memory (allow_memory_storage = true): a server restart loses them and the duplicate-id window, so delivery is at least once, not exactly once"
+        );
+    }
     Ok(StreamReport {
         line: format!(
-            "stream {name} {verb}: subjects {:?}, {} storage, {} replica(s), duplicate_window {} s",
+            "stream {name} {verb}: subjects {:?}, {}, {} replica(s), duplicate_window {} s",
             config.subjects,
-            match config.storage {
-                stream::StorageType::File => "file",
-                stream::StorageType::Memory => "memory",
+            if memory {
+                "memory storage (allow_memory_storage: at least once)"
+            } else {
+                "file storage"
             },
             config.num_replicas,
             config.duplicate_window.as_secs()
         ),
     })
+}
+
+/// A stream in memory loses its messages and its duplicate-id window when
+/// the server restarts: the replay after that stores messages again (and
+/// the messages before it are gone). Refused unless allowed; `exists`
+/// tells a stream found so from one that would be created so.
+fn check_storage(
+    name: &str,
+    storage: stream::StorageType,
+    allow: bool,
+    exists: bool,
+) -> Result<(), NatsError> {
+    if storage != stream::StorageType::Memory || allow {
+        return Ok(());
+    }
+    let (what, fix) = if exists {
+        (
+            "uses memory storage",
+            format!("recreate it with file storage (storage cannot be changed in place: `nats stream rm {name}`, then let pgcdc create it, or `nats stream add {name} --storage file`)"),
+        )
+    } else {
+        (
+            "would be created with memory storage (storage = \"memory\")",
+            "use storage = \"file\" in [sinks.stream]".to_owned(),
+        )
+    };
+    Err(NatsError::permanent(
+        "stream",
+        format!(
+            "stream {name} {what}, which loses its messages and its duplicate-id window when the server restarts, so the sink cannot be exactly once on it: {fix}, or set allow_memory_storage = true in [sinks.stream] to accept at-least-once delivery"
+        ),
+    ))
 }
 
 fn wanted_config(options: &NatsSinkOptions, name: &str) -> stream::Config {
@@ -166,6 +223,30 @@ mod tests {
         assert!(e.message.contains("duplicate_window"), "{e}");
         assert!(e.message.contains("checkpoint.interval_ms"), "{e}");
         assert!(check_window("S", Duration::from_secs(30), None).is_err());
+    }
+
+    #[test]
+    fn memory_storage_is_refused_unless_allowed() {
+        use stream::StorageType::{File, Memory};
+        assert!(check_storage("S", File, false, true).is_ok());
+        assert!(check_storage("S", File, false, false).is_ok());
+        assert!(check_storage("S", Memory, true, true).is_ok());
+        assert!(check_storage("S", Memory, true, false).is_ok());
+        for exists in [true, false] {
+            let e = check_storage("S", Memory, false, exists).unwrap_err();
+            assert!(!e.transient);
+            assert!(e.message.contains("stream S"), "{e}");
+            assert!(e.message.contains("memory storage"), "{e}");
+            assert!(
+                e.message.contains("file storage") || e.message.contains("storage = \"file\""),
+                "{e}"
+            );
+            assert!(
+                e.message
+                    .contains("allow_memory_storage = true in [sinks.stream]"),
+                "{e}"
+            );
+        }
     }
 
     #[test]
