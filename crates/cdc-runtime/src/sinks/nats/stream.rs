@@ -5,7 +5,11 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, context::GetStreamErrorKind, stream};
+use async_nats::jetstream::{
+    self,
+    context::{CreateStreamError, CreateStreamErrorKind, GetStreamErrorKind},
+    stream,
+};
 
 use super::error::NatsError;
 use super::options::{NatsSinkOptions, NatsStorage, DEDUPE_MARGIN};
@@ -68,9 +72,10 @@ pub(crate) async fn ensure(
             if plan {
                 (wanted.clone(), "will be created")
             } else {
-                let info = js.create_stream(wanted.clone()).await.map_err(|e| {
-                    NatsError::permanent("stream", format!("creating stream {name}: {e}"))
-                })?;
+                let info = js
+                    .create_stream(wanted.clone())
+                    .await
+                    .map_err(|e| create_error(&name, wanted.num_replicas, &e))?;
                 (info.cached_info().config.clone(), "was created")
             }
         }
@@ -101,7 +106,7 @@ pub(crate) async fn ensure(
     }
     Ok(StreamReport {
         line: format!(
-            "stream {name} {verb}: subjects {:?}, {}, {} replica(s), duplicate_window {} s",
+            "stream {name} {verb}: subjects {:?}, {}, {} replica(s), {}duplicate_window {} s",
             config.subjects,
             if memory {
                 "memory storage (allow_memory_storage: at least once)"
@@ -109,6 +114,11 @@ pub(crate) async fn ensure(
                 "file storage"
             },
             config.num_replicas,
+            if config.max_age.is_zero() {
+                String::new()
+            } else {
+                format!("max_age {} s, ", config.max_age.as_secs())
+            },
             config.duplicate_window.as_secs()
         ),
     })
@@ -144,6 +154,32 @@ fn check_storage(
             "stream {name} {what}, which loses its messages and its duplicate-id window when the server restarts, so the sink cannot be exactly once on it: {fix}, or set allow_memory_storage = true in [sinks.stream] to accept at-least-once delivery"
         ),
     ))
+}
+
+/// The error of creating the stream, with the fix when the server cannot
+/// hold the replicas asked for.
+fn create_error(name: &str, replicas: usize, e: &CreateStreamError) -> NatsError {
+    let code = match e.kind() {
+        CreateStreamErrorKind::JetStream(j) => Some(j.error_code()),
+        _ => None,
+    };
+    let hint = match code {
+        Some(c) if c == jetstream::ErrorCode::STREAM_REPLICAS_NOT_SUPPORTED => format!(
+            "; replicas = {replicas} needs a JetStream cluster of at least {replicas} servers, and this server is not clustered: set replicas = 1 in [sinks.stream], or connect to a cluster"
+        ),
+        // No placement (2.9: "no suitable peers"), or not room enough.
+        Some(c)
+            if replicas > 1
+                && (c == jetstream::ErrorCode::CLUSTER_NO_PEERS
+                    || c == jetstream::ErrorCode::INSUFFICIENT_RESOURCES) =>
+        {
+            format!(
+            "; replicas = {replicas} needs {replicas} JetStream servers of the cluster with room for the stream: lower replicas in [sinks.stream] to at most the number of JetStream servers, or add servers"
+            )
+        }
+        _ => String::new(),
+    };
+    NatsError::permanent("stream", format!("creating stream {name}: {e}{hint}"))
 }
 
 fn wanted_config(options: &NatsSinkOptions, name: &str) -> stream::Config {
