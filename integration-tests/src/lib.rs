@@ -12,8 +12,8 @@
 //! Network faults between pgcdc and a server come from a [`FaultProxy`]
 //! (drop connections, blackhole, throttle).
 //!
-//! The NATS sink's tests run their own `nats-server -js` or share one
-//! ([`nats`]).
+//! The NATS sink's tests run their own `nats-server -js` (or a cluster of
+//! three) or share one ([`nats`]).
 #![forbid(unsafe_code)]
 
 mod cli;

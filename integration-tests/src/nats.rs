@@ -1,8 +1,8 @@
 //! NATS JetStream servers for the NATS sink's tests: [`NatsServer`] runs its
-//! own `nats-server -js` (optionally with user/password or token auth and
-//! TLS), and [`TestNats`] is a server a test shares or owns; [`read_stream`]
-//! reads a whole stream back in stream order and [`delete_stream`] removes
-//! one.
+//! own `nats-server -js` (optionally with user/password, token or NKey auth
+//! and TLS), [`NatsCluster`] a JetStream cluster of several, and
+//! [`TestNats`] is a server a test shares or owns; [`read_stream`] reads a
+//! whole stream back in stream order and [`delete_stream`] removes one.
 //!
 //! `nats-server` is looked up on `PATH` and in `/usr/sbin` (Debian's
 //! `nats-server` package); `PGCDC_NATS_SERVER` names the binary.
@@ -98,6 +98,13 @@ pub enum NatsAuthConfig {
     },
     /// `authorization { token }`.
     Token(String),
+    /// `authorization { users = [{ nkey }] }`: one user, by its NKey.
+    Nkey {
+        /// The user's public key (`U…`), which the server authorizes.
+        public_key: String,
+        /// Its seed (`SU…`), for the harness's own clients.
+        seed: String,
+    },
 }
 
 impl std::fmt::Debug for NatsAuthConfig {
@@ -109,6 +116,10 @@ impl std::fmt::Debug for NatsAuthConfig {
                 .field("user", user)
                 .finish_non_exhaustive(),
             NatsAuthConfig::Token(_) => f.write_str("Token(..)"),
+            NatsAuthConfig::Nkey { public_key, .. } => f
+                .debug_struct("Nkey")
+                .field("public_key", public_key)
+                .finish_non_exhaustive(),
         }
     }
 }
@@ -122,6 +133,21 @@ pub struct NatsServerOptions {
     pub tls: bool,
     /// With `tls`: clients must present a certificate signed by the test CA.
     pub verify_clients: bool,
+    /// A node of a JetStream cluster (see [`NatsCluster`]).
+    pub cluster: Option<NatsClusterNode>,
+}
+
+/// How a [`NatsServer`] joins a cluster.
+#[derive(Debug, Clone)]
+pub struct NatsClusterNode {
+    /// `--cluster_name`, the same for every node.
+    pub cluster_name: String,
+    /// `--name`, one per node (JetStream clustering needs it unique).
+    pub server_name: String,
+    /// Its route port on 127.0.0.1 (`--cluster`).
+    pub cluster_port: u16,
+    /// The route ports of the other nodes (`--routes`).
+    pub routes: Vec<u16>,
 }
 
 /// The TLS material of a [`NatsServer`] with TLS, as PEM files in its
@@ -220,14 +246,23 @@ impl NatsServer {
 
     /// A server set up as `options` says, answering.
     pub async fn start_with(options: NatsServerOptions) -> NatsResult<NatsServer> {
+        let [port] = free_ports::<1>()?;
+        let mut server = Self::prepare(options, port)?;
+        server.launch().await?;
+        Ok(server)
+    }
+
+    /// A server on `port` with its directory and config written, not
+    /// started.
+    fn prepare(options: NatsServerOptions, port: u16) -> NatsResult<NatsServer> {
         let dir = TempDir::new("nats");
         let pki = if options.tls {
             Some(NatsPki::generate(dir.path())?)
         } else {
             None
         };
-        let mut server = NatsServer {
-            port: free_port()?,
+        let server = NatsServer {
+            port,
             dir,
             options,
             pki,
@@ -236,7 +271,6 @@ impl NatsServer {
             starts: 0,
         };
         server.write_config()?;
-        server.launch().await?;
         Ok(server)
     }
 
@@ -287,6 +321,7 @@ impl NatsServer {
                 opts = opts.user_and_password(user.clone(), password.clone());
             }
             Some(NatsAuthConfig::Token(token)) => opts = opts.token(token.clone()),
+            Some(NatsAuthConfig::Nkey { seed, .. }) => opts = opts.nkey(seed.clone()),
             None => {}
         }
         if let Some(pki) = &self.pki {
@@ -364,6 +399,9 @@ impl NatsServer {
             Some(NatsAuthConfig::Token(token)) => {
                 conf.push_str(&format!("authorization {{\n  token: {token:?}\n}}\n"));
             }
+            Some(NatsAuthConfig::Nkey { public_key, .. }) => conf.push_str(&format!(
+                "authorization {{\n  users: [\n    {{ nkey: {public_key:?} }}\n  ]\n}}\n"
+            )),
             None => {}
         }
         if let Some(pki) = &self.pki {
@@ -385,6 +423,12 @@ impl NatsServer {
     }
 
     async fn launch(&mut self) -> NatsResult<()> {
+        self.spawn()?;
+        self.wait_ready().await
+    }
+
+    /// Starts the process, without waiting for it to answer.
+    fn spawn(&mut self) -> NatsResult<()> {
         let log_path = self.log_path();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -396,13 +440,30 @@ impl NatsServer {
                 source,
             })?;
         let program = nats_server_binary();
-        let child = Command::new(&program)
+        let mut command = Command::new(&program);
+        command
             .arg("-js")
             .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
             .arg("-sd")
             .arg(self.store_dir())
             .arg("-c")
-            .arg(self.config_path())
+            .arg(self.config_path());
+        if let Some(node) = &self.options.cluster {
+            let routes: Vec<String> = node
+                .routes
+                .iter()
+                .map(|p| format!("nats://127.0.0.1:{p}"))
+                .collect();
+            command
+                .args(["--name", &node.server_name])
+                .args(["--cluster_name", &node.cluster_name])
+                .args([
+                    "--cluster",
+                    &format!("nats://127.0.0.1:{}", node.cluster_port),
+                ])
+                .args(["--routes", &routes.join(",")]);
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -416,7 +477,7 @@ impl NatsServer {
             Watchdog::spawn("kill -9 \"$1\" 2>/dev/null", &[std::ffi::OsStr::new(&pid)]).ok();
         self.child = Some(child);
         self.starts += 1;
-        self.wait_ready().await
+        Ok(())
     }
 
     /// Waits until a client connects and JetStream answers an account
@@ -479,22 +540,133 @@ fn nats_server_binary() -> PathBuf {
     on_path.unwrap_or_else(|| PathBuf::from("/usr/sbin/nats-server"))
 }
 
-/// A port of 127.0.0.1 nobody listens on right now.
-fn free_port() -> NatsResult<u16> {
-    let listener =
-        std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(|source| NatsError::Io {
-            action: "bind",
-            path: "127.0.0.1:0".into(),
-            source,
-        })?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|source| NatsError::Io {
-            action: "read the address of",
-            path: "127.0.0.1:0".into(),
-            source,
-        })
+/// `N` distinct ports of 127.0.0.1 nobody listens on right now (all bound
+/// at once, so none is handed out twice).
+fn free_ports<const N: usize>() -> NatsResult<[u16; N]> {
+    let mut listeners = Vec::with_capacity(N);
+    let mut ports = [0u16; N];
+    for port in &mut ports {
+        let listener =
+            std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(|source| NatsError::Io {
+                action: "bind",
+                path: "127.0.0.1:0".into(),
+                source,
+            })?;
+        *port = listener
+            .local_addr()
+            .map(|a| a.port())
+            .map_err(|source| NatsError::Io {
+                action: "read the address of",
+                path: "127.0.0.1:0".into(),
+                source,
+            })?;
+        listeners.push(listener);
+    }
+    Ok(ports)
+}
+
+/// A JetStream cluster of three `nats-server -js` on free ports of
+/// 127.0.0.1, routed to each other, each with its own store; answering
+/// (a meta leader elected and room for a stream of three replicas) once
+/// [`start`](Self::start) returns. Dropping it kills them all.
+#[derive(Debug)]
+pub struct NatsCluster {
+    nodes: Vec<NatsServer>,
+}
+
+impl NatsCluster {
+    /// Starts the three nodes and waits until a stream of three replicas
+    /// can be created (a probe stream, deleted again).
+    pub async fn start() -> NatsResult<NatsCluster> {
+        let [c1, c2, c3, p1, p2, p3] = free_ports::<6>()?;
+        let cluster_ports = [c1, c2, c3];
+        let name = format!("pgcdc-test-{}", std::process::id());
+        let mut nodes = Vec::with_capacity(3);
+        for (i, (&cluster_port, port)) in cluster_ports.iter().zip([p1, p2, p3]).enumerate() {
+            let node = NatsClusterNode {
+                cluster_name: name.clone(),
+                server_name: format!("{name}-n{i}"),
+                cluster_port,
+                routes: cluster_ports
+                    .iter()
+                    .copied()
+                    .filter(|p| *p != cluster_port)
+                    .collect(),
+            };
+            nodes.push(NatsServer::prepare(
+                NatsServerOptions {
+                    cluster: Some(node),
+                    ..Default::default()
+                },
+                port,
+            )?);
+        }
+        // All started before any is waited for: JetStream answers only once
+        // a majority of the nodes elected a meta leader.
+        for node in &mut nodes {
+            node.spawn()?;
+        }
+        for node in &mut nodes {
+            node.wait_ready().await?;
+        }
+        let cluster = NatsCluster { nodes };
+        cluster.wait_for_replicas(3).await?;
+        Ok(cluster)
+    }
+
+    /// Its nodes.
+    pub fn nodes(&self) -> &[NatsServer] {
+        &self.nodes
+    }
+
+    /// The client URLs of all its nodes.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(NatsServer::url).collect()
+    }
+
+    /// A JetStream context over a client of the first node.
+    pub async fn jetstream(&self) -> NatsResult<jetstream::Context> {
+        match self.nodes.first() {
+            Some(node) => node.jetstream().await,
+            None => Err(NatsError::NotReady {
+                port: 0,
+                what: "a cluster without nodes".into(),
+                log: String::new(),
+            }),
+        }
+    }
+
+    /// Waits until a stream of `replicas` replicas can be created: every
+    /// node has joined the JetStream meta group.
+    async fn wait_for_replicas(&self, replicas: usize) -> NatsResult<()> {
+        const PROBE: &str = "PGCDC_HARNESS_REPLICAS_PROBE";
+        let js = self.jetstream().await?;
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            let created = js
+                .create_stream(jetstream::stream::Config {
+                    name: PROBE.to_owned(),
+                    subjects: vec!["pgcdc_harness_replicas_probe".to_owned()],
+                    storage: jetstream::stream::StorageType::Memory,
+                    num_replicas: replicas,
+                    ..Default::default()
+                })
+                .await;
+            match created {
+                Ok(_) => {
+                    delete_stream(&js, PROBE).await?;
+                    return Ok(());
+                }
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    let node = &self.nodes[0];
+                    return Err(node.not_ready(format!(
+                        "no stream of {replicas} replicas could be created in time ({e})"
+                    )));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
 }
 
 /// A JetStream server for a test that needs none of its own: the one at
