@@ -2,10 +2,12 @@
 //! and a real PostgreSQL, driven through `pgcdc.toml` and the job API:
 //! subjects (percent-encoded names, `{partition}` as Kafka's default
 //! partitioner), the headers every message carries, Debezium and plain
-//! payloads, keys and tombstones; auth failures; a stream that does not
-//! cover the sink's subjects and the dedupe-window rule; and restarts of
-//! the server while the job streams, after which every row is in the
-//! stream exactly once and in commit order.
+//! payloads, keys and tombstones; user/password, token and NKey auth; a
+//! stream that does not cover the sink's subjects, the dedupe-window rule,
+//! memory storage (refused unless allowed), `max_age_secs` and `replicas`
+//! (on a three-node JetStream cluster, and refused by a single server);
+//! and restarts of the server while the job streams, after which every row
+//! is in the stream exactly once and in commit order.
 //!
 //! Each test uses its own stream, subject prefix, slot and job (names
 //! unique to the run), and deletes its stream at the end. Tests that
@@ -22,8 +24,8 @@ use std::time::Duration;
 use async_nats::jetstream;
 use cdc_runtime::{JobError, Progress};
 use integration_tests::nats::{
-    create_stream, delete_stream, read_stream, stream_len, unique_name, NatsAuthConfig, NatsPki,
-    NatsServer, NatsServerOptions, StoredMessage, TestNats,
+    create_stream, delete_stream, read_stream, stream_len, unique_name, NatsAuthConfig,
+    NatsCluster, NatsPki, NatsServer, NatsServerOptions, StoredMessage, TestNats,
 };
 use integration_tests::{eventually, TestDatabase, TestPostgres};
 use pgcdc::config::Config;
@@ -73,11 +75,21 @@ fn base_toml(db: &TestDatabase, tables: &[&str], names: &Names) -> String {
 /// `names.name` and stream `names.stream`, plus `extra` keys of the sink
 /// and `stream_extra` keys of `[sinks.stream]`.
 fn nats_sink_toml(url: &str, names: &Names, extra: &str, stream_extra: &str) -> String {
+    nats_sink_toml_servers(&[url.to_owned()], names, extra, stream_extra)
+}
+
+/// [`nats_sink_toml`] with several server URLs.
+fn nats_sink_toml_servers(
+    urls: &[String],
+    names: &Names,
+    extra: &str,
+    stream_extra: &str,
+) -> String {
     format!(
         r#"
 [[sinks]]
 type = "nats"
-servers = [{url:?}]
+servers = {urls:?}
 prefix = {prefix:?}
 {extra}
 
@@ -182,18 +194,24 @@ async fn streaming(db: &TestDatabase, names: &Names) {
 }
 
 /// Waits until stream `name` holds `n` messages, then reads them all;
-/// on a timeout, panics listing what it holds.
+/// on a timeout, panics listing what it holds. A failed stream info counts
+/// as no messages yet (a clustered stream answers only once it has a
+/// leader).
 async fn wait_for_messages(js: &jetstream::Context, name: &str, n: u64) -> Vec<StoredMessage> {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
-        let len = stream_len(js, name).await.unwrap().unwrap_or(0);
+        let (len, error) = match stream_len(js, name).await {
+            Ok(len) => (len.unwrap_or(0), None),
+            Err(e) => (0, Some(e)),
+        };
         if len >= n {
             return read_stream(js, name).await.unwrap();
         }
         if tokio::time::Instant::now() >= deadline {
             let held = read_stream(js, name).await.unwrap_or_default();
             panic!(
-                "timed out waiting for {n} messages in stream {name}; it holds {len}:\n{}",
+                "timed out waiting for {n} messages in stream {name}; it holds {len}{}:\n{}",
+                error.map_or(String::new(), |e| format!(" (last error: {e})")),
                 listing(&held)
             );
         }
@@ -1010,6 +1028,94 @@ async fn token_auth() {
     drop_slot(&db, &names).await;
 }
 
+/// NKey auth (`nkey_seed_file`): a server that authorizes one user's
+/// public key; the seed of another user is refused with an authorization
+/// error (that shows no seed), a missing seed file is named, and the
+/// user's own seed streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nkey_seed_file_auth() {
+    let user = nkeys::KeyPair::new_user();
+    let seed = user.seed().unwrap();
+    let server = NatsServer::start_with(NatsServerOptions {
+        auth: Some(NatsAuthConfig::Nkey {
+            public_key: user.public_key(),
+            seed: seed.clone(),
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let db = TestPostgres::new_database().await.unwrap();
+    create_tables(&db).await;
+    let seed_key =
+        |path: &std::path::Path| format!("nkey_seed_file = {:?}", path.display().to_string());
+
+    // Another user's seed.
+    let other = nkeys::KeyPair::new_user().seed().unwrap();
+    let other_file = server.dir().join("other.nk");
+    std::fs::write(&other_file, format!("{other}\n")).unwrap();
+    let names = Names::new("nats_nkey_bad");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(&server.url(), &names, &seed_key(&other_file), ""),
+    );
+    let err = refusal(&text).await;
+    assert!(
+        err.to_ascii_lowercase().contains("authorization"),
+        "the error says authorization: {err}"
+    );
+    assert!(
+        err.contains("nkey_seed_file"),
+        "the error names the setting to check: {err}"
+    );
+    assert!(
+        err.contains(&format!("127.0.0.1:{}", server.port())),
+        "the error names the server: {err}"
+    );
+    assert!(!err.contains(&other), "the error shows the seed: {err}");
+    drop_slot(&db, &names).await;
+
+    // No seed file.
+    let names = Names::new("nats_nkey_missing");
+    let missing = server.dir().join("missing.nk");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(&server.url(), &names, &seed_key(&missing), ""),
+    );
+    let err = refusal(&text).await;
+    assert!(
+        err.contains("nkey_seed_file") && err.contains(&missing.display().to_string()),
+        "the error names the seed file: {err}"
+    );
+    drop_slot(&db, &names).await;
+
+    // The user's seed (with a trailing newline, as `nk -gen user` writes it).
+    let seed_file = server.dir().join("user.nk");
+    std::fs::write(&seed_file, format!("{seed}\n")).unwrap();
+    let names = Names::new("nats_nkey_ok");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(&server.url(), &names, &seed_key(&seed_file), ""),
+    );
+    let run = start(&text);
+    streaming(&db, &names).await;
+    db.connect()
+        .await
+        .unwrap()
+        .batch_execute("INSERT INTO items VALUES (11, 'nkey')")
+        .await
+        .unwrap();
+    let js = server.jetstream().await.unwrap();
+    let messages = wait_for_messages(&js, &names.stream, 1).await;
+    stop(run).await;
+    assert_eq!(messages[0].json()["after"]["id"], json!(11));
+    assert!(delete_stream(&js, &names.stream).await.unwrap());
+    drop_slot(&db, &names).await;
+}
+
 /// A server with TLS that requires client certificates: `verify-full`
 /// with the test CA and a client certificate streams; another CA, or no
 /// client certificate, keeps the job from starting.
@@ -1175,6 +1281,294 @@ async fn a_duplicate_window_shorter_than_the_checkpoint_interval_is_refused() {
         "the error names the checkpoint interval: {err}"
     );
     let _ = delete_stream(&js, &names.stream).await.unwrap();
+    drop_slot(&db, &names).await;
+}
+
+/// `pgcdc validate --config <text>`: its exit status, stdout and stderr.
+async fn validate(dir: &std::path::Path, file: &str, text: &str) -> (bool, String, String) {
+    let path = dir.join(file);
+    std::fs::write(&path, text).unwrap();
+    let out =
+        integration_tests::run_pgcdc(&["validate", "--config", path.to_str().unwrap()], TIMEOUT)
+            .await
+            .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Memory storage loses the stream (and its duplicate window) with the
+/// server, so it is refused, by `run` and by `validate`, naming the fix:
+/// a sink that would create its stream in memory (nothing is created), and
+/// an existing stream in memory (nothing is published). With
+/// `allow_memory_storage = true` the job streams into such a stream and
+/// warns once at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_storage_is_refused_unless_allowed() {
+    let nats = TestNats::new().await.unwrap();
+    let js = nats.jetstream().await.unwrap();
+    let db = TestPostgres::new_database().await.unwrap();
+    create_tables(&db).await;
+    let dir = integration_tests::TempDir::new("nats-memory");
+    let fix = |err: &str| {
+        assert!(
+            err.contains("allow_memory_storage = true in [sinks.stream]"),
+            "the error names the opt-in: {err}"
+        );
+        assert!(
+            err.contains("at-least-once"),
+            "the error says what the opt-in accepts: {err}"
+        );
+    };
+    let memory_stream = |name: &str, subjects: String| {
+        let js = js.clone();
+        let name = name.to_owned();
+        async move {
+            js.create_stream(jetstream::stream::Config {
+                name,
+                subjects: vec![subjects],
+                storage: jetstream::stream::StorageType::Memory,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+    };
+
+    // The sink would create its stream in memory.
+    let names = Names::new("nats_mem_create");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(nats.url(), &names, "", "storage = \"memory\""),
+    );
+    let err = refusal(&text).await;
+    assert!(
+        err.contains(&names.stream) && err.contains("memory storage"),
+        "the error names the stream and its storage: {err}"
+    );
+    assert!(
+        err.contains("storage = \"file\""),
+        "the error names file storage: {err}"
+    );
+    fix(&err);
+    assert_eq!(
+        stream_len(&js, &names.stream).await.unwrap(),
+        None,
+        "the stream was created"
+    );
+    let (ok, stdout, stderr) = validate(dir.path(), "create.toml", &text).await;
+    assert!(!ok, "validate passed: {stdout}");
+    assert!(stderr.contains("memory storage"), "{stderr}");
+    fix(&stderr);
+    drop_slot(&db, &names).await;
+
+    // A stream that exists in memory; the sink asks for nothing special.
+    let names = Names::new("nats_mem_exists");
+    memory_stream(&names.stream, format!("{}.>", names.name)).await;
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(nats.url(), &names, "", ""),
+    );
+    let err = refusal(&text).await;
+    assert!(
+        err.contains(&names.stream) && err.contains("uses memory storage"),
+        "the error names the stream and its storage: {err}"
+    );
+    assert!(
+        err.contains("file storage"),
+        "the error names file storage: {err}"
+    );
+    fix(&err);
+    let (ok, stdout, stderr) = validate(dir.path(), "exists.toml", &text).await;
+    assert!(!ok, "validate passed: {stdout}");
+    assert!(stderr.contains("uses memory storage"), "{stderr}");
+    assert_eq!(stream_len(&js, &names.stream).await.unwrap(), Some(0));
+    assert!(delete_stream(&js, &names.stream).await.unwrap());
+    drop_slot(&db, &names).await;
+
+    // Allowed: `pgcdc run` streams into a memory stream and warns once.
+    let names = Names::new("nats_mem_allowed");
+    memory_stream(&names.stream, format!("{}.>", names.name)).await;
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(nats.url(), &names, "", "allow_memory_storage = true"),
+    );
+    let (ok, stdout, stderr) = validate(dir.path(), "allowed.toml", &text).await;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("sinks[0] (nats):")
+            && l.contains("memory storage (allow_memory_storage: at least once)")),
+        "validate reports the memory storage it accepts: {stdout}"
+    );
+    let config = dir.path().join("allowed.toml");
+    let mut pgcdc = integration_tests::Pgcdc::run(&config).unwrap_or_else(|e| panic!("{e}"));
+    streaming(&db, &names).await;
+    db.connect()
+        .await
+        .unwrap()
+        .batch_execute("INSERT INTO items VALUES (12, 'memory')")
+        .await
+        .unwrap();
+    let messages = wait_for_messages(&js, &names.stream, 1).await;
+    let status = pgcdc.terminate(TIMEOUT).await.unwrap();
+    let log = pgcdc.stderr();
+    assert!(status.success(), "pgcdc exited with {status}:\n{log}");
+    assert_eq!(messages[0].json()["after"]["id"], json!(12));
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("keeps its messages in memory"))
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning about memory storage at start:\n{log}"
+    );
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains("at least once"),
+        "{}",
+        warnings[0]
+    );
+    assert!(delete_stream(&js, &names.stream).await.unwrap());
+    drop_slot(&db, &names).await;
+}
+
+/// `max_age_secs`: `validate` reports it, and the stream the job creates
+/// keeps messages that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_age_is_set_on_the_created_stream() {
+    let nats = TestNats::new().await.unwrap();
+    let js = nats.jetstream().await.unwrap();
+    let db = TestPostgres::new_database().await.unwrap();
+    create_tables(&db).await;
+    let dir = integration_tests::TempDir::new("nats-max-age");
+    let names = Names::new("nats_max_age");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(nats.url(), &names, "", "max_age_secs = 3600"),
+    );
+    let (ok, stdout, stderr) = validate(dir.path(), "max_age.toml", &text).await;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("sinks[0] (nats):")
+            && l.contains("will be created")
+            && l.contains("max_age 3600 s")),
+        "validate reports max_age: {stdout}"
+    );
+    let run = start(&text);
+    streaming(&db, &names).await;
+    db.connect()
+        .await
+        .unwrap()
+        .batch_execute("INSERT INTO items VALUES (13, 'aged')")
+        .await
+        .unwrap();
+    let messages = wait_for_messages(&js, &names.stream, 1).await;
+    stop(run).await;
+    assert_eq!(messages[0].json()["after"]["id"], json!(13));
+    let mut stream = js.get_stream(&names.stream).await.unwrap();
+    let info = stream.info().await.unwrap();
+    assert_eq!(info.config.max_age, Duration::from_secs(3600));
+    assert_eq!(
+        info.config.storage,
+        jetstream::stream::StorageType::File,
+        "the default storage"
+    );
+    assert!(delete_stream(&js, &names.stream).await.unwrap());
+    drop_slot(&db, &names).await;
+}
+
+/// `replicas = 3`: a server that is not clustered cannot hold them, and the
+/// job says so and what to do (nothing is created); nor can a cluster of
+/// three hold five; on that cluster, three replicas are created and the
+/// rows arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_need_a_cluster() {
+    let db = TestPostgres::new_database().await.unwrap();
+    create_tables(&db).await;
+
+    let single = TestNats::new().await.unwrap();
+    let js = single.jetstream().await.unwrap();
+    let names = Names::new("nats_r3_single");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(single.url(), &names, "", "replicas = 3"),
+    );
+    let err = refusal(&text).await;
+    assert!(
+        err.contains(&names.stream) && err.contains("not clustered"),
+        "the error names the stream and the cause: {err}"
+    );
+    assert!(
+        err.contains("set replicas = 1 in [sinks.stream]"),
+        "the error names the fix: {err}"
+    );
+    assert_eq!(stream_len(&js, &names.stream).await.unwrap(), None);
+    drop_slot(&db, &names).await;
+
+    let cluster = NatsCluster::start().await.unwrap();
+    // More replicas than the cluster has servers.
+    let names = Names::new("nats_r5_cluster");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml_servers(&cluster.urls(), &names, "", "replicas = 5"),
+    );
+    let err = refusal(&text).await;
+    assert!(
+        err.contains(&names.stream) && err.contains("replicas = 5 needs 5 JetStream servers"),
+        "the error names the stream and the cause: {err}"
+    );
+    assert!(
+        err.contains("lower replicas in [sinks.stream]"),
+        "the error names the fix: {err}"
+    );
+    drop_slot(&db, &names).await;
+
+    let names = Names::new("nats_r3_cluster");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml_servers(&cluster.urls(), &names, "", "replicas = 3"),
+    );
+    let run = start(&text);
+    streaming(&db, &names).await;
+    db.connect()
+        .await
+        .unwrap()
+        .batch_execute("INSERT INTO items SELECT g, 'r3' FROM generate_series(1, 5) g")
+        .await
+        .unwrap();
+    let js = cluster.jetstream().await.unwrap();
+    let messages = wait_for_messages(&js, &names.stream, 5).await;
+    stop(run).await;
+    let ids: Vec<Value> = messages
+        .iter()
+        .map(|m| m.json()["after"]["id"].clone())
+        .collect();
+    assert_eq!(ids, (1..=5).map(|i| json!(i)).collect::<Vec<_>>());
+    check_ids(&messages, &names.name);
+    let mut stream = js.get_stream(&names.stream).await.unwrap();
+    let info = stream.info().await.unwrap();
+    assert_eq!(info.config.num_replicas, 3);
+    let placement = info
+        .cluster
+        .clone()
+        .expect("a clustered stream has cluster info");
+    assert!(placement.leader.is_some(), "no leader: {placement:?}");
+    assert_eq!(
+        placement.replicas.len(),
+        2,
+        "two replicas besides the leader: {placement:?}"
+    );
+    assert!(delete_stream(&js, &names.stream).await.unwrap());
     drop_slot(&db, &names).await;
 }
 
