@@ -2,13 +2,20 @@
 //! into the null sink, against `COPY (SELECT …) TO STDOUT` of the same table to
 //! /dev/null through psql, in the same run, on the same server.
 //!
-//! Starts its own throwaway cluster (autovacuum off), writes a table of
-//! `PGCDC_SNAPSHOT_ROWS` rows (default 5,000,000: a bigint key, an int and 32
-//! characters of text), then vacuums and analyzes it. Each repetition
-//! (`PGCDC_BENCH_REPS`, default 3, order reversed every other time) times:
+//! Starts its own throwaway cluster (autovacuum off). For each row shape in
+//! `PGCDC_SNAPSHOT_SHAPES` (comma-separated, default `narrow,wide`) it writes a
+//! table of `PGCDC_SNAPSHOT_ROWS` rows (default 5,000,000), then vacuums and
+//! analyzes it:
 //!
-//! * `psql -c "COPY (SELECT id, a, b FROM snap) TO STDOUT" -o /dev/null`, from spawn
-//!   to exit;
+//! * `narrow`: `(id bigint PRIMARY KEY, a int, b text)`, 32 characters of text;
+//! * `wide`: `(id bigint PRIMARY KEY, k int, v text, ts timestamptz, n numeric)`,
+//!   100 characters of text, the realistic row of `e2e_stream`.
+//!
+//! Each repetition (`PGCDC_BENCH_REPS`, default 3, order reversed every other
+//! time) times:
+//!
+//! * `psql -c "COPY (SELECT <columns> FROM <table>) TO STDOUT" -o /dev/null`, from
+//!   spawn to exit;
 //! * pgcdc: a fresh slot, then the pipeline with the snapshot (default chunk size,
 //!   `PGCDC_SNAPSHOT_READERS` readers, default 2; `PGCDC_SNAPSHOT_CHUNK` rows per
 //!   chunk, default the default chunk size) into the null sink, from start
@@ -29,7 +36,7 @@ use cdc_runtime::pipeline::{Pipeline, PipelineOptions};
 use cdc_runtime::replication::ReplicationConfig;
 use cdc_runtime::sinks::NullSink;
 use cdc_runtime::snapshot::{published_tables, SnapshotOptions, SnapshotPlan, SnapshotState};
-use integration_tests::{ClusterOptions, TestPostgres};
+use integration_tests::{ClusterOptions, LocalCluster, TestPostgres};
 use pgcdc_benches::{median, uptime};
 
 /// The pgcdc binary's allocator (see `src/bin/pgcdc.rs`), so the client side
@@ -44,7 +51,58 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// A table's row shape.
+struct Shape {
+    name: &'static str,
+    describe: &'static str,
+    table: &'static str,
+    /// The columns of `CREATE TABLE`.
+    columns: &'static str,
+    /// The `SELECT` list of row `g` (a `generate_series` value).
+    values: &'static str,
+    /// The column names, in order.
+    names: &'static str,
+}
+
+const SHAPES: [Shape; 2] = [
+    Shape {
+        name: "narrow",
+        describe: "bigint, int, text 32",
+        table: "snap",
+        columns: "id bigint PRIMARY KEY, a int NOT NULL, b text NOT NULL",
+        values: "g, g % 1000, md5(g::text)",
+        names: "id, a, b",
+    },
+    Shape {
+        name: "wide",
+        describe: "bigint, int, text 100, timestamptz, numeric",
+        table: "snapw",
+        columns: "id bigint PRIMARY KEY, k int NOT NULL, v text NOT NULL, \
+                  ts timestamptz NOT NULL, n numeric NOT NULL",
+        values: "g, g % 1000, rpad('row ' || g || ' ', 100, 'abcdefghijklmnopqrstuvwxyz'), \
+                 timestamptz '2026-01-01 00:00:00+00' + g * interval '1.25 second', \
+                 round(g * 3.14159, 4)",
+        names: "id, k, v, ts, n",
+    },
+];
+
 async fn run() {
+    let shapes = std::env::var("PGCDC_SNAPSHOT_SHAPES").unwrap_or_else(|_| "narrow,wide".into());
+    eprintln!("load before: {}", uptime());
+    let cluster = TestPostgres::dedicated(ClusterOptions::new().setting("autovacuum", "off"))
+        .await
+        .unwrap();
+    for name in shapes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let shape = SHAPES.iter().find(|s| s.name == name).unwrap_or_else(|| {
+            panic!("PGCDC_SNAPSHOT_SHAPES: unknown shape {name:?} (narrow, wide)")
+        });
+        run_shape(&cluster, shape).await;
+    }
+    eprintln!("load after: {}", uptime());
+    cluster.stop().await.unwrap();
+}
+
+async fn run_shape(cluster: &LocalCluster, shape: &Shape) {
     let rows = env_usize("PGCDC_SNAPSHOT_ROWS", 5_000_000);
     let reps = env_usize("PGCDC_BENCH_REPS", 3).max(1);
     let readers = env_usize("PGCDC_SNAPSHOT_READERS", 2).max(1);
@@ -53,27 +111,38 @@ async fn run() {
         cdc_runtime::snapshot::DEFAULT_CHUNK_SIZE as usize,
     )
     .max(1);
-    eprintln!("load before: {}", uptime());
-    let cluster = TestPostgres::dedicated(ClusterOptions::new().setting("autovacuum", "off"))
-        .await
-        .unwrap();
+    let Shape {
+        table,
+        columns,
+        values,
+        names,
+        ..
+    } = shape;
     let db = cluster.create_database().await.unwrap();
     let client = db.connect().await.unwrap();
-    eprintln!("writing {rows} rows...");
+    eprintln!(
+        "{}: writing {rows} rows ({})...",
+        shape.name, shape.describe
+    );
     client
         .batch_execute(&format!(
-            "CREATE TABLE snap (id bigint PRIMARY KEY, a int NOT NULL, b text NOT NULL);
-             INSERT INTO snap SELECT g, g % 1000, md5(g::text) FROM generate_series(1, {rows}) g;
-             CREATE PUBLICATION snap_pub FOR TABLE snap;"
+            "CREATE TABLE {table} ({columns});
+             INSERT INTO {table} SELECT {values} FROM generate_series(1, {rows}) g;
+             CREATE PUBLICATION snap_pub FOR TABLE {table};"
         ))
         .await
         .unwrap();
     // On its own: VACUUM cannot run in the implicit transaction of a batch.
-    client.batch_execute("VACUUM ANALYZE snap").await.unwrap();
+    client
+        .batch_execute(&format!("VACUUM ANALYZE {table}"))
+        .await
+        .unwrap();
     // MB of COPY's text output (the same data both contenders move).
     let bytes: i64 = client
         .query_one(
-            "SELECT sum(length(id::text) + length(a::text) + length(b) + 3)::bigint FROM snap",
+            &format!(
+                "SELECT sum(octet_length(concat_ws(E'\\t', {names})) + 1)::bigint FROM {table}"
+            ),
             &[],
         )
         .await
@@ -118,7 +187,7 @@ async fn run() {
                         "-o",
                         "/dev/null",
                         "-c",
-                        "COPY (SELECT id, a, b FROM snap) TO STDOUT",
+                        &format!("COPY (SELECT {names} FROM {table}) TO STDOUT"),
                     ])
                     .stdout(Stdio::null())
                     .status()
@@ -185,8 +254,12 @@ async fn run() {
     let copy = median(copy_s);
     let pgcdc = median(pgcdc_s);
     let cpu = median(cpu_s);
-    eprintln!("load after: {}", uptime());
-    println!("\n{rows} rows, {mb:.0} MB of COPY text, {readers} readers, medians of {reps}:\n");
+    println!(
+        "\n{} ({}): {rows} rows, {mb:.0} MB of COPY text, {readers} readers, medians of {reps}, load {}:\n",
+        shape.name,
+        shape.describe,
+        uptime()
+    );
     println!("| contender | seconds | rows/s | MB/s | throughput / COPY | client CPU s |");
     println!("|---|---|---|---|---|---|");
     println!(
@@ -203,7 +276,6 @@ async fn run() {
         ratio_range.1
     );
     drop(client);
-    cluster.stop().await.unwrap();
 }
 
 fn main() {
