@@ -16,7 +16,8 @@
 //! `cargo bench -p pgcdc-benches --bench checkpoint_pg`; `PGCDC_BENCH_REPS` (default 3) sets
 //! the repetitions of each big-state measurement (the median is reported);
 //! `PGCDC_BENCH_ONLY=tiny`, `rows` or `lo` runs only the tiny saves, or only the states of
-//! one layout (with the raw bulk baselines). For each state size, stderr also gets the
+//! one layout (with the raw bulk baselines). `PGCDC_BENCH_KEEP` (default 2) sets how many
+//! checkpoints each save keeps: from the third save on, each also deletes the oldest. For each state size, stderr also gets the
 //! client's CPU time (this process, all threads, user + system) and minor page faults per
 //! load and per raw read (medians): the server runs in other processes, so these are what
 //! the store adds on the client.
@@ -167,7 +168,14 @@ async fn store_for(db: &TestDatabase, layout: LargeLayout, table: &str) -> PgChe
     let mut config = PgStoreConfig::default();
     config.large_layout = layout;
     config.table = table.into();
-    config.keep_on_save = Some(2);
+    // `PGCDC_BENCH_KEEP`: how many checkpoints a save keeps (default 2, so that
+    // every save from the third on also deletes one).
+    config.keep_on_save = Some(
+        std::env::var("PGCDC_BENCH_KEEP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2),
+    );
     PgCheckpointStore::connect(db.config(), config)
         .await
         .unwrap()
