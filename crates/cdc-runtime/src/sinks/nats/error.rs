@@ -3,6 +3,8 @@
 
 use async_nats::ConnectErrorKind;
 
+use crate::sinks::nats::options::NatsAuth;
+
 /// Why the NATS sink failed.
 #[derive(Debug, thiserror::Error)]
 #[error("NATS {what}: {message}")]
@@ -32,9 +34,14 @@ impl NatsError {
         }
     }
 
-    /// A failed connection to `servers`: wrong credentials or TLS settings
-    /// are permanent, a server that does not answer is transient.
-    pub(crate) fn connect(servers: &[String], e: &async_nats::ConnectError) -> Self {
+    /// A failed connection to `servers` with `auth`: wrong credentials or
+    /// TLS settings are permanent (named with the setting to check, never
+    /// its secret), a server that does not answer is transient.
+    pub(crate) fn connect(
+        servers: &[String],
+        auth: &NatsAuth,
+        e: &async_nats::ConnectError,
+    ) -> Self {
         let servers = servers.join(", ");
         // async-nats reports a refused certificate as an IO error.
         if let Some(tls) = rustls_cause(e) {
@@ -47,7 +54,7 @@ impl NatsError {
             ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
                 Self::permanent(
                     "connect",
-                    format!("{servers} refused the credentials (authorization violation: {e}); check the nats sink's user and password, token, nkey_seed_file or credentials_file"),
+                    format!("{servers} refused the credentials ({e}); {}", auth_fix(auth)),
                 )
             }
             ConnectErrorKind::Tls => Self::permanent(
@@ -65,6 +72,25 @@ impl NatsError {
                 Self::transient("connect", format!("{servers} did not answer: {e}"))
             }
         }
+    }
+}
+
+/// What to check when the server refuses `auth`.
+fn auth_fix(auth: &NatsAuth) -> String {
+    match auth {
+        NatsAuth::None => "the server wants credentials: set the nats sink's user and password, token, nkey_seed_file or credentials_file".into(),
+        NatsAuth::UserPassword { .. } => "check the nats sink's user and password".into(),
+        NatsAuth::Token(_) => "check the nats sink's token".into(),
+        NatsAuth::NkeySeedFile(path) => format!(
+            "check nkey_seed_file {}: the server must authorize the public key of that seed",
+            path.display()
+        ),
+        NatsAuth::CredentialsFile(path) => format!(
+            "check credentials_file {}: its user JWT must be signed by an account the server \
+             knows (signed by the server's trusted operator and in its account resolver), \
+             not expired or revoked, with that user's seed",
+            path.display()
+        ),
     }
 }
 

@@ -340,7 +340,7 @@ async fn connect(options: &NatsSinkOptions) -> Result<Connection, SinkError> {
     let client = connect
         .connect(addrs)
         .await
-        .map_err(|e| SinkError::Nats(NatsError::connect(servers, &e)))?;
+        .map_err(|e| SinkError::Nats(NatsError::connect(servers, &options.auth, &e)))?;
     let js = jetstream::ContextBuilder::new()
         .timeout(options.ack_timeout)
         .build(client.clone());
