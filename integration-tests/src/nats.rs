@@ -1,7 +1,7 @@
 //! NATS JetStream servers for the NATS sink's tests: [`NatsServer`] runs its
-//! own `nats-server -js` (optionally with user/password, token or NKey auth
-//! and TLS), [`NatsCluster`] a JetStream cluster of several, and
-//! [`TestNats`] is a server a test shares or owns; [`read_stream`] reads a
+//! own `nats-server -js` (optionally with user/password, token, NKey or
+//! operator-mode JWT auth, and TLS), [`NatsCluster`] a JetStream cluster of
+//! several, and [`TestNats`] is a server a test shares or owns; [`read_stream`] reads a
 //! whole stream back in stream order and [`delete_stream`] removes one.
 //!
 //! `nats-server` is looked up on `PATH` and in `/usr/sbin` (Debian's
@@ -72,6 +72,9 @@ pub enum NatsError {
     /// Certificates could not be made.
     #[error("certificates: {0}")]
     Certificates(String),
+    /// Keys or JWTs of operator mode could not be made.
+    #[error("JWT: {0}")]
+    Jwt(String),
 }
 
 impl NatsError {
@@ -105,6 +108,12 @@ pub enum NatsAuthConfig {
         /// Its seed (`SU…`), for the harness's own clients.
         seed: String,
     },
+    /// Operator mode: the server trusts an operator and knows its system
+    /// account and one account with JetStream (`resolver: MEMORY`,
+    /// preloaded); clients present a user JWT that account signed, with
+    /// the user's seed (a `.creds` file; see
+    /// [`NatsServer::credentials_file`]).
+    Operator(NatsOperator),
 }
 
 impl std::fmt::Debug for NatsAuthConfig {
@@ -120,8 +129,180 @@ impl std::fmt::Debug for NatsAuthConfig {
                 .debug_struct("Nkey")
                 .field("public_key", public_key)
                 .finish_non_exhaustive(),
+            NatsAuthConfig::Operator(operator) => {
+                f.debug_tuple("Operator").field(operator).finish()
+            }
         }
     }
+}
+
+/// An operator, the accounts it signed (the system account and one with
+/// JetStream) and a user of the latter, as NATS JWT v2 (made here with
+/// `nkeys`, as `nsc` would): what a server in operator mode trusts, and the
+/// user's `.creds`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NatsOperator {
+    /// The operator's JWT (self-signed), which the server trusts.
+    pub operator_jwt: String,
+    /// The system account's public key (`A…`), named in the operator JWT.
+    pub system_account_public_key: String,
+    /// The system account's JWT (signed by the operator).
+    pub system_account_jwt: String,
+    /// The account's public key (`A…`).
+    pub account_public_key: String,
+    /// The account's JWT (signed by the operator), with JetStream enabled.
+    pub account_jwt: String,
+    /// The user's public key (`U…`).
+    pub user_public_key: String,
+    /// The user's `.creds` text: its JWT (signed by the account) and its
+    /// seed.
+    pub creds: String,
+}
+
+impl std::fmt::Debug for NatsOperator {
+    // The creds hold the user's seed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsOperator")
+            .field("account_public_key", &self.account_public_key)
+            .field("user_public_key", &self.user_public_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsOperator {
+    /// A fresh operator, its system account, an account with JetStream and
+    /// its user (`name` goes into their names).
+    pub fn generate(name: &str) -> NatsResult<NatsOperator> {
+        let operator = nkeys::KeyPair::new_operator();
+        let system = nkeys::KeyPair::new_account();
+        let account = nkeys::KeyPair::new_account();
+        // JetStream needs a system account in operator mode.
+        let operator_jwt = jwt(
+            &operator,
+            &operator.public_key(),
+            &format!("{name}-operator"),
+            serde_json::json!({
+                "type": "operator",
+                "version": 2,
+                "system_account": system.public_key(),
+            }),
+        )?;
+        let account_claims = |limits: serde_json::Value| {
+            serde_json::json!({
+                "type": "account",
+                "version": 2,
+                "limits": limits,
+            })
+        };
+        // -1: no limit.
+        let mut limits = serde_json::json!({
+            "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+            "wildcards": true, "conn": -1, "leaf": -1,
+        });
+        let system_jwt = jwt(
+            &operator,
+            &system.public_key(),
+            &format!("{name}-system"),
+            account_claims(limits.clone()),
+        )?;
+        // The JetStream limits enable JetStream for the account.
+        if let Some(map) = limits.as_object_mut() {
+            for key in ["mem_storage", "disk_storage", "streams", "consumer"] {
+                map.insert(key.to_owned(), serde_json::json!(-1));
+            }
+        }
+        let account_jwt = jwt(
+            &operator,
+            &account.public_key(),
+            &format!("{name}-account"),
+            account_claims(limits),
+        )?;
+        let (user_public_key, creds) = user_creds(&account, &format!("{name}-user"))?;
+        Ok(NatsOperator {
+            operator_jwt,
+            system_account_public_key: system.public_key(),
+            system_account_jwt: system_jwt,
+            account_public_key: account.public_key(),
+            account_jwt,
+            user_public_key,
+            creds,
+        })
+    }
+}
+
+/// A new user that `account` signs: its public key and its `.creds` text
+/// (the JWT and the seed, in the blocks `nsc generate creds` writes).
+pub fn user_creds(account: &nkeys::KeyPair, name: &str) -> NatsResult<(String, String)> {
+    let user = nkeys::KeyPair::new_user();
+    let user_jwt = jwt(
+        account,
+        &user.public_key(),
+        name,
+        serde_json::json!({
+            "type": "user", "version": 2,
+            "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+        }),
+    )?;
+    let seed = user.seed().map_err(|e| NatsError::Jwt(e.to_string()))?;
+    let creds = format!(
+        "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
+         ************************* IMPORTANT *************************\n\
+         NKEY Seed printed below can be used to sign and prove identity.\n\
+         NKEYs are sensitive and should be treated as secrets.\n\n\
+         -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+         *************************************************************\n"
+    );
+    Ok((user.public_key(), creds))
+}
+
+/// A NATS JWT v2 of `subject` that `issuer` signs:
+/// `base64url(header).base64url(claims).base64url(signature)`, unpadded,
+/// the signature ed25519 over the first two parts.
+fn jwt(
+    issuer: &nkeys::KeyPair,
+    subject: &str,
+    name: &str,
+    nats: serde_json::Value,
+) -> NatsResult<String> {
+    static JTI: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let claims = serde_json::json!({
+        "jti": format!(
+            "pgcdc-{}-{}-{}",
+            std::process::id(),
+            JTI.fetch_add(1, Ordering::Relaxed),
+            now.as_nanos()
+        ),
+        "iat": now.as_secs(),
+        "iss": issuer.public_key(),
+        "sub": subject,
+        "name": name,
+        "nats": nats,
+    });
+    let header = base64url(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let signed = format!("{header}.{}", base64url(claims.to_string().as_bytes()));
+    let signature = issuer
+        .sign(signed.as_bytes())
+        .map_err(|e| NatsError::Jwt(format!("signing {name}: {e}")))?;
+    Ok(format!("{signed}.{}", base64url(&signature)))
+}
+
+/// Base64url without padding (RFC 4648 §5), as JWTs have it.
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+        }
+    }
+    out
 }
 
 /// How a [`NatsServer`] is set up.
@@ -306,6 +487,15 @@ impl NatsServer {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// With [`NatsAuthConfig::Operator`]: the user's `.creds` file, in
+    /// [`dir`](Self::dir).
+    pub fn credentials_file(&self) -> Option<PathBuf> {
+        match &self.options.auth {
+            Some(NatsAuthConfig::Operator(_)) => Some(self.dir.path().join("user.creds")),
+            _ => None,
+        }
+    }
+
     /// How many times it was started.
     pub fn starts(&self) -> u32 {
         self.starts
@@ -322,6 +512,11 @@ impl NatsServer {
             }
             Some(NatsAuthConfig::Token(token)) => opts = opts.token(token.clone()),
             Some(NatsAuthConfig::Nkey { seed, .. }) => opts = opts.nkey(seed.clone()),
+            Some(NatsAuthConfig::Operator(operator)) => {
+                opts = opts
+                    .credentials(&operator.creds)
+                    .map_err(|e| NatsError::nats("the harness's .creds", e))?;
+            }
             None => {}
         }
         if let Some(pki) = &self.pki {
@@ -402,6 +597,24 @@ impl NatsServer {
             Some(NatsAuthConfig::Nkey { public_key, .. }) => conf.push_str(&format!(
                 "authorization {{\n  users: [\n    {{ nkey: {public_key:?} }}\n  ]\n}}\n"
             )),
+            Some(NatsAuthConfig::Operator(operator)) => {
+                // The operator JWT as a file: what every 2.x reads.
+                let operator_file = self.dir.path().join("operator.jwt");
+                write_file(&operator_file, &operator.operator_jwt)?;
+                if let Some(creds) = self.credentials_file() {
+                    write_file(&creds, &operator.creds)?;
+                }
+                conf.push_str(&format!(
+                    "operator: {:?}\nsystem_account: {:?}\nresolver: MEMORY\n\
+                     resolver_preload: {{\n  {}: {:?}\n  {}: {:?}\n}}\n",
+                    operator_file.display().to_string(),
+                    operator.system_account_public_key,
+                    operator.system_account_public_key,
+                    operator.system_account_jwt,
+                    operator.account_public_key,
+                    operator.account_jwt,
+                ));
+            }
             None => {}
         }
         if let Some(pki) = &self.pki {
@@ -414,12 +627,7 @@ impl NatsServer {
                 self.options.verify_clients,
             ));
         }
-        let path = self.config_path();
-        std::fs::write(&path, conf).map_err(|source| NatsError::Io {
-            action: "write",
-            path,
-            source,
-        })
+        write_file(&self.config_path(), &conf)
     }
 
     async fn launch(&mut self) -> NatsResult<()> {
@@ -525,6 +733,14 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+fn write_file(path: &Path, text: &str) -> NatsResult<()> {
+    std::fs::write(path, text).map_err(|source| NatsError::Io {
+        action: "write",
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// `PGCDC_NATS_SERVER`, else `nats-server` on `PATH`, else `/usr/sbin/nats-server`.
