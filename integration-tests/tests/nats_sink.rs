@@ -24,8 +24,8 @@ use std::time::Duration;
 use async_nats::jetstream;
 use cdc_runtime::{JobError, Progress};
 use integration_tests::nats::{
-    create_stream, delete_stream, read_stream, stream_len, unique_name, NatsAuthConfig,
-    NatsCluster, NatsPki, NatsServer, NatsServerOptions, StoredMessage, TestNats,
+    create_stream, delete_stream, read_stream, stream_len, unique_name, user_creds, NatsAuthConfig,
+    NatsCluster, NatsOperator, NatsPki, NatsServer, NatsServerOptions, StoredMessage, TestNats,
 };
 use integration_tests::{eventually, TestDatabase, TestPostgres};
 use pgcdc::config::Config;
@@ -1112,6 +1112,102 @@ async fn nkey_seed_file_auth() {
     let messages = wait_for_messages(&js, &names.stream, 1).await;
     stop(run).await;
     assert_eq!(messages[0].json()["after"]["id"], json!(11));
+    assert!(delete_stream(&js, &names.stream).await.unwrap());
+    drop_slot(&db, &names).await;
+}
+
+/// `.creds` auth (`credentials_file`) against a server in operator mode
+/// (an operator, an account with JetStream and its user, as JWTs): the
+/// creds of a user another account signed (one the server does not know)
+/// are refused with an error that names `credentials_file` and shows no
+/// seed, a missing creds file is named, and the user's own creds stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_file_auth() {
+    let operator = NatsOperator::generate("pgcdc-test").unwrap();
+    let server = NatsServer::start_with(NatsServerOptions {
+        auth: Some(NatsAuthConfig::Operator(operator)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let creds_file = server.credentials_file().unwrap();
+    let db = TestPostgres::new_database().await.unwrap();
+    create_tables(&db).await;
+    let creds_key =
+        |path: &std::path::Path| format!("credentials_file = {:?}", path.display().to_string());
+
+    // A user of an account the server does not know.
+    let (_, other) = user_creds(&nkeys::KeyPair::new_account(), "other").unwrap();
+    let other_seed = other
+        .lines()
+        .find(|l| l.starts_with("SU"))
+        .unwrap()
+        .to_owned();
+    let other_file = server.dir().join("other.creds");
+    std::fs::write(&other_file, &other).unwrap();
+    let names = Names::new("nats_creds_bad");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(&server.url(), &names, &creds_key(&other_file), ""),
+    );
+    let err = refusal(&text).await;
+    assert!(
+        err.to_ascii_lowercase().contains("authorization"),
+        "the error says authorization: {err}"
+    );
+    assert!(
+        err.contains("credentials_file") && err.contains(&other_file.display().to_string()),
+        "the error names the setting and the file to check: {err}"
+    );
+    assert!(
+        err.contains(&format!("127.0.0.1:{}", server.port())),
+        "the error names the server: {err}"
+    );
+    assert!(
+        !err.contains(&other_seed),
+        "the error shows the seed: {err}"
+    );
+    drop_slot(&db, &names).await;
+
+    // No creds file.
+    let names = Names::new("nats_creds_missing");
+    let missing = server.dir().join("missing.creds");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(&server.url(), &names, &creds_key(&missing), ""),
+    );
+    let err = refusal(&text).await;
+    assert!(
+        err.contains("credentials_file") && err.contains(&missing.display().to_string()),
+        "the error names the creds file: {err}"
+    );
+    drop_slot(&db, &names).await;
+
+    // The user's creds.
+    let names = Names::new("nats_creds_ok");
+    let text = format!(
+        "{}{}",
+        base_toml(&db, &["public.items"], &names),
+        nats_sink_toml(&server.url(), &names, &creds_key(&creds_file), ""),
+    );
+    let run = start(&text);
+    streaming(&db, &names).await;
+    db.connect()
+        .await
+        .unwrap()
+        .batch_execute("INSERT INTO items VALUES (21, 'creds'), (22, 'jwt')")
+        .await
+        .unwrap();
+    let js = server.jetstream().await.unwrap();
+    let messages = wait_for_messages(&js, &names.stream, 2).await;
+    stop(run).await;
+    let ids: Vec<Value> = messages
+        .iter()
+        .map(|m| m.json()["after"]["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!(21), json!(22)]);
     assert!(delete_stream(&js, &names.stream).await.unwrap());
     drop_slot(&db, &names).await;
 }
