@@ -368,3 +368,155 @@ interval_ms = 200
         eprintln!("kept {}", kept.display());
     }
 }
+
+/// The initial snapshot of a table SIGKILLed several times while it runs:
+/// a chunk delivered before a kill but not covered by a checkpoint is read
+/// again after the restart, and its rows carry the same `Nats-Msg-Id`s
+/// (the snapshot's epoch and the row's key), so the stream holds every row
+/// as one read, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_sigkill_during_the_snapshot_reads_every_row_once() {
+    const ROWS: i64 = 60_000;
+    const SNAPSHOT_KILLS: usize = 6;
+    let nats = TestNats::new().await.unwrap();
+    let js = nats.jetstream().await.unwrap();
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE items (id bigint PRIMARY KEY, v int NOT NULL);
+             INSERT INTO items SELECT g, (g % 97)::int FROM generate_series(1, {ROWS}) g;"
+        ))
+        .await
+        .unwrap();
+
+    let name = unique_name("nats_snap_crash");
+    let stream = name.to_ascii_uppercase();
+    let dir = TempDir::new("nats-snap-crash");
+    let log = dir.path().join("pgcdc.log");
+    let source = db.source_toml(&["public.items"], &name, &format!("{name}_pub"));
+    // Small chunks read one at a time: the snapshot takes long enough to be
+    // killed in the middle, many times.
+    let config_text = format!(
+        r#"
+{source}
+[pipeline]
+status_interval_secs = 1
+
+[snapshot]
+mode = "initial"
+chunk_size = 500
+readers = 1
+
+[[sinks]]
+type = "nats"
+servers = [{url:?}]
+prefix = {name:?}
+
+[sinks.stream]
+name = {stream:?}
+
+[checkpoint]
+job = {name:?}
+interval_ms = 200
+"#,
+        url = nats.url(),
+    );
+    let config = dir.path().join("pgcdc.toml");
+    std::fs::write(&config, config_text).unwrap();
+    let see_log = || format!("see {}", log.display());
+
+    let mut child = spawn(&config, &log);
+    let mut seed = u64::from(std::process::id()) | 1;
+    let mut random = move |max: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % max
+    };
+    let mut kills = 0;
+    while kills < SNAPSHOT_KILLS {
+        let before = stream_len(&js, &stream).await.unwrap().unwrap_or(0);
+        if before >= ROWS as u64 {
+            break;
+        }
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("pgcdc exited ({status}) before kill {kills}; {}", see_log());
+            }
+            if stream_len(&js, &stream).await.unwrap().unwrap_or(0) > before {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no progress before kill {kills}; {}",
+                see_log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(random(400))).await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        kills += 1;
+        child = spawn(&config, &log);
+    }
+
+    // The last instance finishes the snapshot.
+    let deadline = Instant::now() + TIMEOUT;
+    while stream_len(&js, &stream).await.unwrap().unwrap_or(0) < ROWS as u64 {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("pgcdc exited ({status}) while reading; {}", see_log());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stream never reached {ROWS} messages; {}",
+            see_log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    let tail: Vec<&str> = log_text.lines().rev().take(30).collect();
+    assert!(
+        exit.success(),
+        "pgcdc exited with {exit}; the log's end (newest first): {tail:#?}"
+    );
+
+    let messages = read_stream(&js, &stream).await.unwrap();
+    let (dropped, _) = duplicates_dropped(&log_text);
+    let mut reads: HashMap<i64, usize> = HashMap::new();
+    for m in &messages {
+        let v: Value = m.json();
+        assert_eq!(v["op"], "r", "message {} is no read: {v}", m.sequence);
+        *reads.entry(v["after"]["id"].as_i64().unwrap()).or_default() += 1;
+    }
+    let twice: Vec<_> = reads.iter().filter(|(_, n)| **n > 1).take(10).collect();
+    if let Some((id, _)) = twice.first() {
+        let ids: Vec<_> = messages
+            .iter()
+            .filter(|m| m.json()["after"]["id"].as_i64() == Some(**id))
+            .map(|m| m.header("Nats-Msg-Id").unwrap_or_default().to_owned())
+            .collect();
+        panic!("rows read into the stream more than once: {twice:?}; the ids of row {id}: {ids:?}");
+    }
+    let missing: Vec<i64> = (1..=ROWS)
+        .filter(|id| !reads.contains_key(id))
+        .take(10)
+        .collect();
+    assert!(missing.is_empty(), "rows missing: {missing:?}");
+    assert_eq!(messages.len() as i64, ROWS);
+    eprintln!(
+        "nats snapshot crash: {kills} kills during the snapshot, {ROWS} rows, {} messages, {dropped} duplicates dropped by JetStream",
+        messages.len()
+    );
+    assert!(delete_stream(&js, &stream).await.unwrap());
+    let _ = client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&name])
+        .await;
+}

@@ -371,7 +371,10 @@ pub struct OperatorState {
 /// Progress of the initial snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SnapshotProgress {
-    /// LSN of the consistent point the snapshot was exported at.
+    /// LSN of the consistent point the snapshot was exported at; for the
+    /// chunked snapshot, the position that identifies it across restarts
+    /// (where the slot stood when it began), which sinks use to recognise
+    /// rows read again after a crash.
     pub consistent_point: Lsn,
     /// Tables copied completely.
     pub tables_done: Vec<TableDone>,

@@ -317,6 +317,7 @@ impl EventConverter {
             );
             ev.index = next;
             ev.position.snapshot = marks.mark(i, n);
+            ev.position.read_epoch = marks.read_epoch;
             let Some(after) = next.checked_add(1) else {
                 return Err(ConvertError::TooManyEvents { xid: open.xid });
             };

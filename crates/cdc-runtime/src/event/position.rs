@@ -25,6 +25,14 @@ pub struct Position {
     pub previous_commit: Option<Lsn>,
     /// For a snapshot read, where it stands in the snapshot.
     pub snapshot: SnapshotMark,
+    /// For a snapshot read, what identifies the read across restarts of
+    /// the job: for the initial snapshot, the position of the checkpoint it
+    /// started after (kept in later checkpoints); for a read a signal asked
+    /// for, the signal's LSN. A chunk read again after a crash carries the
+    /// same one, so a sink can recognise its rows by key (the NATS sink's
+    /// message ids). [`Lsn::INVALID`] when there is none (no checkpoint
+    /// yet, a read pgcdc asked for itself, or not a read).
+    pub read_epoch: Lsn,
 }
 
 /// Where a snapshot read stands in the snapshot (Debezium's

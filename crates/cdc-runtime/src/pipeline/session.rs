@@ -133,6 +133,7 @@ impl Source<'_> {
         self.abort_open_transaction();
 
         let resuming = shared.lsn.resuming();
+        let needs_epoch = self.snapshot.as_ref().is_some_and(|s| !s.has_epoch());
         let connect = async {
             let mut conn = ReplicationConnection::connect(&opts.replication).await?;
             let version = conn.server_version_num().await?;
@@ -166,9 +167,16 @@ impl Source<'_> {
                 start,
             )
             .await?;
+            // Where the slot stands when nothing was processed or checkpointed
+            // yet: it identifies a snapshot that starts now, and stays so
+            // until the first checkpoint moves the slot.
+            let slot_at = match (start == Lsn::INVALID, needs_epoch) {
+                (true, true) => slot_confirmed(&mut conn, &opts.slot).await?,
+                _ => None,
+            };
             tracing::info!(slot = %opts.slot, start = %start, proto_version = pgoutput.get_proto_version(), "starting replication");
             let stream = conn.start_replication(&opts.slot, start, &pgoutput).await?;
-            Ok::<_, PipelineError>((stream, pgoutput, two_phase, server))
+            Ok::<_, PipelineError>((stream, pgoutput, two_phase, server, slot_at))
         };
         // Connecting is bounded by `connect_timeout`; the commands after it
         // (IDENTIFY_SYSTEM, START_REPLICATION) by the receive timeout, so a
@@ -184,11 +192,14 @@ impl Source<'_> {
                     .unwrap_or(Err(ReplicationError::ReceiveTimeout(limit).into())),
             }
         };
-        let (mut stream, pgoutput, two_phase, server) = tokio::select! {
+        let (mut stream, pgoutput, two_phase, server, slot_at) = tokio::select! {
             r = connect => r?,
             _ = shutdown.as_mut() => return Err(PipelineError::ShutdownWhileConnecting),
         };
         self.server = Some(server);
+        if let (Some(s), Some(at)) = (self.snapshot.as_mut(), slot_at) {
+            s.set_epoch(at);
+        }
         if two_phase {
             shared.lsn.handle_two_phase_slot();
         }
@@ -436,6 +447,24 @@ async fn slot_two_phase(
         .flat_map(|r| r.rows().first())
         .any(|row| row.first().cloned().flatten().as_deref() == Some("t"));
     Ok(two_phase)
+}
+
+/// The slot's `confirmed_flush_lsn`, if it has one.
+async fn slot_confirmed(
+    conn: &mut ReplicationConnection,
+    slot: &str,
+) -> Result<Option<Lsn>, ReplicationError> {
+    let sql = format!(
+        "SELECT confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
+        cdc_core::sql::quote_literal(slot)
+    );
+    let results = conn.simple_query(&sql).await?;
+    Ok(results
+        .iter()
+        .flat_map(|r| r.rows().first())
+        .find_map(|row| row.first().cloned().flatten())
+        .and_then(|text| text.parse::<Lsn>().ok())
+        .filter(|l| *l != Lsn::INVALID))
 }
 
 /// Waits for a snapshot reader to fail (pending without a snapshot).

@@ -23,13 +23,13 @@ pub(super) fn start_snapshot(
     plan: Option<SnapshotPlan>,
     coordinator: Option<&Coordinator>,
 ) -> Result<Option<Snapshot>, PipelineError> {
-    let resumed_snapshot = coordinator
-        .and_then(Coordinator::resume)
-        .and_then(|c| c.snapshot.as_ref());
+    let resumed = coordinator.and_then(Coordinator::resume);
+    let resumed_snapshot = resumed.and_then(|c| c.snapshot.as_ref());
+    let resumed_at = resumed.map_or(cdc_core::Lsn::INVALID, |c| c.source.commit_end_lsn);
     // Even when the checkpoint's snapshot is complete: tables added since
     // are read, and requests may come.
     let snapshot = match plan {
-        Some(plan) => Some(Snapshot::new(plan, resumed_snapshot)?),
+        Some(plan) => Some(Snapshot::new(plan, resumed_snapshot, resumed_at)?),
         None => None,
     };
     Ok(snapshot)

@@ -98,6 +98,12 @@ pub(crate) struct Snapshot {
     /// Whether the initial snapshot starts from the beginning (no
     /// checkpoint recorded progress), so its first row is the first read.
     fresh: bool,
+    /// What identifies the initial snapshot across restarts (its reads'
+    /// [`Position::read_epoch`](crate::event::Position::read_epoch)): the
+    /// one the resumed checkpoint recorded, else that checkpoint's
+    /// position, else where the slot stood at the start (see
+    /// [`set_epoch`](Self::set_epoch)).
+    epoch: cdc_core::Lsn,
     /// Rows of the current table emitted in committed transactions.
     table_emitted: u64,
     /// `rows_done` as last counted in the metrics.
@@ -133,6 +139,7 @@ impl Snapshot {
     pub(crate) fn new(
         plan: SnapshotPlan,
         resume: Option<&SnapshotProgress>,
+        resumed_at: cdc_core::Lsn,
     ) -> Result<Self, SnapshotError> {
         let SnapshotPlan {
             tables,
@@ -309,6 +316,10 @@ impl Snapshot {
             monitor: None,
             initial,
             fresh,
+            epoch: resume
+                .map(|p| p.consistent_point)
+                .filter(|l| *l != cdc_core::Lsn::INVALID)
+                .unwrap_or(resumed_at),
             table_emitted: 0,
             rows_reported: 0,
             stream_keys: HashMap::new(),
@@ -336,6 +347,21 @@ impl Snapshot {
     /// Whether every table has been emitted.
     pub(crate) fn is_complete(&self) -> bool {
         self.keyed_complete() && matches!(self.fallback, Fallback::Done)
+    }
+
+    /// Whether the snapshot knows what identifies it across restarts (see
+    /// [`Position::read_epoch`](crate::event::Position::read_epoch)).
+    pub(crate) fn has_epoch(&self) -> bool {
+        self.epoch != cdc_core::Lsn::INVALID
+    }
+
+    /// Sets what identifies the snapshot across restarts, unless a
+    /// checkpoint did: where the slot stood when the job started without
+    /// one (it stays there until the first checkpoint).
+    pub(crate) fn set_epoch(&mut self, at: cdc_core::Lsn) {
+        if self.epoch == cdc_core::Lsn::INVALID {
+            self.epoch = at;
+        }
     }
 
     /// Whether every table with a key has been emitted.
@@ -620,7 +646,9 @@ impl Snapshot {
             })
             .collect();
         SnapshotProgress {
-            consistent_point: cdc_core::Lsn::INVALID,
+            // The chunked snapshot has no exported consistent point: the
+            // field keeps the snapshot's epoch.
+            consistent_point: self.epoch,
             tables_done: self.tables_done.clone(),
             in_progress,
             complete: self.is_complete(),

@@ -89,6 +89,7 @@ fn event(
             table_index: 1,
             previous_commit: Some(Lsn::from_u64(0x0080)),
             snapshot: SnapshotMark::Unmarked,
+            read_epoch: Lsn::INVALID,
         },
         boundary: None,
     }

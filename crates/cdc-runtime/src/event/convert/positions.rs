@@ -28,6 +28,8 @@ pub(crate) struct ChunkMarks {
     pub(crate) first_in_table: bool,
     /// The chunk is the last of its table to be emitted.
     pub(crate) last_in_table: bool,
+    /// See [`Position::read_epoch`](crate::event::Position::read_epoch).
+    pub(crate) read_epoch: Lsn,
 }
 
 impl ChunkMarks {

@@ -8,7 +8,9 @@
 //!   change, or a transaction boundary). A replay after a crash or an error
 //!   publishes the same ids, and JetStream drops the repeats within the
 //!   stream's duplicate window; the sink counts them
-//!   ([`NatsSink::duplicates`]).
+//!   ([`NatsSink::duplicates`]). A snapshot read of a table with a key is
+//!   known by its snapshot's epoch and its key instead (see `read_id`), so
+//!   a chunk read again after a crash repeats none of its rows.
 //! * Publishing is asynchronous, with at most
 //!   [`max_in_flight`](NatsSinkOptions::max_in_flight) publishes waiting for
 //!   their PubAck. [`flush`](Sink::flush) returns only when every message
@@ -71,6 +73,9 @@ pub struct NatsSink {
     encoder: JsonEncoder,
     /// The keys that pick partitions when the payload has none (plain format).
     key_encoder: Option<JsonEncoder>,
+    /// The keys in the ids of snapshot reads (Debezium's default key JSON,
+    /// whatever the payload's format).
+    id_keys: JsonEncoder,
     /// Debezium `key`: payloads are `{"key":…,"value":…}`, with tombstones.
     keyed: bool,
     stream: String,
@@ -123,6 +128,7 @@ impl NatsSink {
             stream,
             template,
             key_encoder,
+            id_keys: JsonEncoder::new(JsonFormat::Debezium(DebeziumOptions::default())),
             keyed,
             conn: Some(publisher),
             duplicates: 0,
@@ -194,10 +200,12 @@ impl NatsSink {
             (_, None) => *subject = self.template.message_subject(),
         }
         let lsn = ev.source.commit_lsn.to_string();
+        let id = read_id(&self.options.job, &self.id_keys, record, key)
+            .unwrap_or_else(|| message_id(&self.options.job, &lsn, record));
         let message = Outgoing {
             subject: async_nats::Subject::from(subject.as_str()),
             payload: Bytes::from(payload),
-            id: message_id(&self.options.job, &lsn, record),
+            id,
             lsn,
             op: ev.op.name(),
             record: part_name(record.part),
@@ -218,6 +226,40 @@ impl NatsSink {
             self.unlogged_resent += conn.take_resent();
         }
     }
+}
+
+/// The id of a snapshot read whose read has an epoch
+/// ([`Position::read_epoch`](crate::event::Position::read_epoch)) and whose
+/// table has a key: `{job}:read:{epoch}:{"schema"}.{"table"}:{key JSON}`.
+/// A chunk read again after a crash (its rows delivered before the crash,
+/// but no checkpoint covered them) gives its rows the same ids, so
+/// JetStream drops those it already holds; a row that appeared meanwhile is
+/// new. `None`: use the position's id.
+fn read_id(
+    job: &str,
+    keys: &JsonEncoder,
+    record: &Record<'_>,
+    buf: &mut Vec<u8>,
+) -> Option<String> {
+    let ev = record.event;
+    if ev.op != Operation::Read
+        || record.part != RecordPart::Change
+        || ev.position.read_epoch == cdc_core::Lsn::INVALID
+    {
+        return None;
+    }
+    let table = ev.table.as_ref()?;
+    buf.clear();
+    if !keys.write_key(record, buf) {
+        return None;
+    }
+    let key = std::str::from_utf8(buf).ok()?;
+    let schema = serde_json::to_string(&*table.schema).ok()?;
+    let name = serde_json::to_string(&*table.table).ok()?;
+    Some(format!(
+        "{job}:read:{}:{schema}.{name}:{key}",
+        ev.position.read_epoch
+    ))
 }
 
 /// `{job}:{commit LSN}:{index}`, and a suffix for the records an event
@@ -429,5 +471,79 @@ impl Sink for NatsSink {
         self.conn = Some(publisher_on(conn, &self.options, &self.stream).await?);
         self.closed = false;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cdc_core::{Lsn, Value};
+
+    use super::*;
+    use crate::event::{ColumnSchema, Position, Row, SourceInfo, TableSchema};
+
+    fn read(epoch: Lsn, key: i64, commit: u64) -> ChangeEvent {
+        let table = Arc::new(TableSchema {
+            facts: Default::default(),
+            oid: 1,
+            schema: "public".into(),
+            table: "my \"t\"".into(),
+            columns: vec![ColumnSchema {
+                name: "id".into(),
+                type_oid: cdc_core::types::INT8,
+                type_modifier: -1,
+                is_key: true,
+            }],
+        });
+        ChangeEvent {
+            op: Operation::Read,
+            table: Some(table),
+            before: None,
+            after: Some(Row::from_values(vec![Value::Int8(key)])),
+            message: None,
+            schema_change: None,
+            source: SourceInfo {
+                commit_lsn: Lsn::from_u64(commit),
+                lsn: Lsn::from_u64(commit),
+                xid: 3,
+                commit_time: None,
+                database: "db".into(),
+                slot: "s".into(),
+            },
+            index: 4,
+            position: Position {
+                read_epoch: epoch,
+                ..Position::default()
+            },
+            boundary: None,
+        }
+    }
+
+    fn id_of(ev: &ChangeEvent) -> String {
+        let keys = JsonEncoder::new(JsonFormat::Debezium(DebeziumOptions::default()));
+        let record = keys.records(ev).next().unwrap();
+        let mut buf = Vec::new();
+        read_id("job", &keys, &record, &mut buf)
+            .unwrap_or_else(|| message_id("job", &ev.source.commit_lsn.to_string(), &record))
+    }
+
+    #[test]
+    fn a_read_with_an_epoch_is_known_by_its_key_not_by_where_it_was_merged() {
+        let epoch = Lsn::from_u64(0x1_0000_00A0);
+        assert_eq!(
+            id_of(&read(epoch, 7, 0x500)),
+            r#"job:read:1/A0:"public"."my \"t\"":{"id":7}"#
+        );
+        // Read again after a crash, merged into another transaction.
+        assert_eq!(id_of(&read(epoch, 7, 0x900)), id_of(&read(epoch, 7, 0x500)));
+        assert_ne!(id_of(&read(epoch, 8, 0x500)), id_of(&read(epoch, 7, 0x500)));
+        // Another snapshot of the same rows.
+        assert_ne!(
+            id_of(&read(Lsn::from_u64(0x200), 7, 0x500)),
+            id_of(&read(epoch, 7, 0x500))
+        );
+        // No epoch: the position's id.
+        assert_eq!(id_of(&read(Lsn::INVALID, 7, 0x500)), "job:0/500:4");
     }
 }

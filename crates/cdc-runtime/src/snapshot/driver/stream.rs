@@ -134,7 +134,15 @@ impl Snapshot {
         let on_demand = |t: &SnapshotTable| t.request.is_some();
         let incremental = table >= self.initial || self.tables.get(table).is_none_or(on_demand);
         let initial = self.tables.get(..self.initial).unwrap_or_default();
+        // What identifies the read across restarts: the initial
+        // snapshot's epoch, or the signal that asked (none when pgcdc
+        // asked itself).
+        let read_epoch = match self.tables.get(table).and_then(|t| t.request.as_ref()) {
+            Some(r) => r.lsn,
+            None => self.epoch,
+        };
         ChunkMarks {
+            read_epoch,
             incremental,
             first_table: self.fresh
                 && initial

@@ -258,5 +258,6 @@ fn marks_all() -> ChunkMarks {
         last_table: true,
         first_in_table: true,
         last_in_table: true,
+        read_epoch: Lsn::INVALID,
     }
 }
