@@ -77,6 +77,56 @@ fn duplicates_dropped(log: &str) -> (u64, usize) {
     (total, lines)
 }
 
+/// A xorshift generator seeded by the process id: kill moments that vary
+/// between runs.
+fn random_below() -> impl FnMut(u64) -> u64 {
+    let mut seed = u64::from(std::process::id()) | 1;
+    move |max: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % max
+    }
+}
+
+/// Waits until the stream holds more than `before` messages (the running
+/// instance made progress), then SIGKILLs `child` after up to `max_delay_ms`
+/// and starts another instance.
+#[allow(clippy::too_many_arguments)]
+async fn kill_after_progress(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    before: u64,
+    child: &mut Child,
+    delay_ms: u64,
+    config: &Path,
+    log: &Path,
+    kill: usize,
+) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "pgcdc exited ({status}) before kill {kill}; see {}",
+                log.display()
+            );
+        }
+        if stream_len(js, stream).await.unwrap().unwrap_or(0) > before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no progress before kill {kill}; see {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    *child = spawn(config, log);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_sigkill_torture_exactly_once_in_the_stream() {
     let started = Instant::now();
@@ -201,34 +251,11 @@ interval_ms = 200
 
     // SIGKILL at random moments, each after the instance published
     // something; restart each time.
-    let mut seed = u64::from(std::process::id()) | 1;
-    let mut random = move |max: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % max
-    };
+    let mut random = random_below();
     for kill in 0..KILLS {
         let before = stream_len(&js, &stream).await.unwrap().unwrap_or(0);
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("pgcdc exited ({status}) before kill {kill}; {}", see_log());
-            }
-            if stream_len(&js, &stream).await.unwrap().unwrap_or(0) > before {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no progress before kill {kill}; {}",
-                see_log()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(random(800))).await;
-        child.kill().unwrap();
-        child.wait().unwrap();
-        child = spawn(&config, &log);
+        let delay = random(800);
+        kill_after_progress(&js, &stream, before, &mut child, delay, &config, &log, kill).await;
     }
     stop.store(true, Ordering::Relaxed);
     let changes = writer.await.unwrap();
@@ -427,39 +454,19 @@ interval_ms = 200
     let see_log = || format!("see {}", log.display());
 
     let mut child = spawn(&config, &log);
-    let mut seed = u64::from(std::process::id()) | 1;
-    let mut random = move |max: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % max
-    };
+    let mut random = random_below();
     let mut kills = 0;
     while kills < SNAPSHOT_KILLS {
         let before = stream_len(&js, &stream).await.unwrap().unwrap_or(0);
         if before >= ROWS as u64 {
             break;
         }
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("pgcdc exited ({status}) before kill {kills}; {}", see_log());
-            }
-            if stream_len(&js, &stream).await.unwrap().unwrap_or(0) > before {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no progress before kill {kills}; {}",
-                see_log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(random(400))).await;
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let delay = random(400);
+        kill_after_progress(
+            &js, &stream, before, &mut child, delay, &config, &log, kills,
+        )
+        .await;
         kills += 1;
-        child = spawn(&config, &log);
     }
 
     // The last instance finishes the snapshot.
