@@ -26,7 +26,7 @@
 //!   commit order, each once — and a stream takes one job's messages only.
 //!   A message refused only because the one before it was a duplicate (a
 //!   replay that repeats part of what it delivered) is sent again, chained
-//!   to the last message stored; see the [publisher](publisher) module.
+//!   to the last message stored (the `publisher` module says how).
 //! * The job refuses to start when the checkpoint interval plus
 //!   [`DEDUPE_MARGIN`] is not shorter than the stream's duplicate window,
 //!   since a replay could then reach back past it.
