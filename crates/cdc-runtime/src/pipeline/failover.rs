@@ -117,6 +117,23 @@ fn parse_fork(history: &str, old: u32) -> Option<Lsn> {
     })
 }
 
+/// The slot's `confirmed_flush_lsn`, if it has one.
+pub(super) async fn slot_confirmed(
+    conn: &mut ReplicationConnection,
+    slot: &str,
+) -> Result<Option<Lsn>, ReplicationError> {
+    let sql = format!(
+        "SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
+        quote_literal(slot)
+    );
+    let results = conn.simple_query(&sql).await?;
+    Ok(results
+        .first()
+        .and_then(|r| r.get(0, "confirmed_flush_lsn"))
+        .and_then(|s| s.parse::<Lsn>().ok())
+        .filter(|l| !l.is_invalid()))
+}
+
 /// Fails when the slot is confirmed past `resume`: the server would start
 /// after changes this job has not processed.
 async fn check_slot_position(
@@ -124,16 +141,7 @@ async fn check_slot_position(
     slot: &str,
     resume: Lsn,
 ) -> Result<(), PipelineError> {
-    let sql = format!(
-        "SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
-        quote_literal(slot)
-    );
-    let results = conn.simple_query(&sql).await?;
-    let confirmed = results
-        .first()
-        .and_then(|r| r.get(0, "confirmed_flush_lsn"))
-        .and_then(|s| s.parse::<Lsn>().ok());
-    if let Some(confirmed) = confirmed {
+    if let Some(confirmed) = slot_confirmed(conn, slot).await? {
         if !resume.is_invalid() && confirmed > resume {
             return Err(PipelineError::Diverged(format!(
                 "replication slot {slot:?} on the source is confirmed up to {confirmed}, past \

@@ -171,7 +171,7 @@ impl Source<'_> {
             // yet: it identifies a snapshot that starts now, and stays so
             // until the first checkpoint moves the slot.
             let slot_at = match (start == Lsn::INVALID, needs_epoch) {
-                (true, true) => slot_confirmed(&mut conn, &opts.slot).await?,
+                (true, true) => super::failover::slot_confirmed(&mut conn, &opts.slot).await?,
                 _ => None,
             };
             tracing::info!(slot = %opts.slot, start = %start, proto_version = pgoutput.get_proto_version(), "starting replication");
@@ -447,24 +447,6 @@ async fn slot_two_phase(
         .flat_map(|r| r.rows().first())
         .any(|row| row.first().cloned().flatten().as_deref() == Some("t"));
     Ok(two_phase)
-}
-
-/// The slot's `confirmed_flush_lsn`, if it has one.
-async fn slot_confirmed(
-    conn: &mut ReplicationConnection,
-    slot: &str,
-) -> Result<Option<Lsn>, ReplicationError> {
-    let sql = format!(
-        "SELECT confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = {}",
-        cdc_core::sql::quote_literal(slot)
-    );
-    let results = conn.simple_query(&sql).await?;
-    Ok(results
-        .iter()
-        .flat_map(|r| r.rows().first())
-        .find_map(|row| row.first().cloned().flatten())
-        .and_then(|text| text.parse::<Lsn>().ok())
-        .filter(|l| *l != Lsn::INVALID))
 }
 
 /// Waits for a snapshot reader to fail (pending without a snapshot).
