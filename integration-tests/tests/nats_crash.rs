@@ -77,6 +77,18 @@ fn duplicates_dropped(log: &str) -> (u64, usize) {
     (total, lines)
 }
 
+/// Waits until the instance that started writing `log` at byte `from` logs
+/// that it streams: it is past start-up, with its SIGTERM handler
+/// installed, so a SIGTERM stops it cleanly.
+async fn await_streaming(log: &Path, from: usize) {
+    eventually("the last instance to stream", TIMEOUT, || async {
+        let text = std::fs::read(log).unwrap_or_default();
+        let since = String::from_utf8_lossy(text.get(from..).unwrap_or_default()).into_owned();
+        since.contains("starting replication").then_some(())
+    })
+    .await;
+}
+
 /// A xorshift generator seeded by the process id: kill moments that vary
 /// between runs.
 fn random_below() -> impl FnMut(u64) -> u64 {
@@ -91,7 +103,8 @@ fn random_below() -> impl FnMut(u64) -> u64 {
 
 /// Waits until the stream holds more than `before` messages (the running
 /// instance made progress), then SIGKILLs `child` after up to `max_delay_ms`
-/// and starts another instance.
+/// and starts another instance. Returns the log's length when it started
+/// (what follows is the new instance's).
 #[allow(clippy::too_many_arguments)]
 async fn kill_after_progress(
     js: &async_nats::jetstream::Context,
@@ -102,7 +115,7 @@ async fn kill_after_progress(
     config: &Path,
     log: &Path,
     kill: usize,
-) {
+) -> usize {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -124,7 +137,9 @@ async fn kill_after_progress(
     tokio::time::sleep(Duration::from_millis(delay_ms)).await;
     child.kill().unwrap();
     child.wait().unwrap();
+    let from = std::fs::metadata(log).map_or(0, |m| m.len() as usize);
     *child = spawn(config, log);
+    from
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,10 +267,12 @@ interval_ms = 200
     // SIGKILL at random moments, each after the instance published
     // something; restart each time.
     let mut random = random_below();
+    let mut last_start = 0;
     for kill in 0..KILLS {
         let before = stream_len(&js, &stream).await.unwrap().unwrap_or(0);
         let delay = random(800);
-        kill_after_progress(&js, &stream, before, &mut child, delay, &config, &log, kill).await;
+        last_start =
+            kill_after_progress(&js, &stream, before, &mut child, delay, &config, &log, kill).await;
     }
     stop.store(true, Ordering::Relaxed);
     let changes = writer.await.unwrap();
@@ -274,6 +291,7 @@ interval_ms = 200
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    await_streaming(&log, last_start).await;
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -456,13 +474,14 @@ interval_ms = 200
     let mut child = spawn(&config, &log);
     let mut random = random_below();
     let mut kills = 0;
+    let mut last_start = 0;
     while kills < SNAPSHOT_KILLS {
         let before = stream_len(&js, &stream).await.unwrap().unwrap_or(0);
         if before >= ROWS as u64 {
             break;
         }
         let delay = random(400);
-        kill_after_progress(
+        last_start = kill_after_progress(
             &js, &stream, before, &mut child, delay, &config, &log, kills,
         )
         .await;
@@ -482,6 +501,10 @@ interval_ms = 200
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The stream may have been complete before the last kill: wait until the
+    // instance started after it streams (it stops cleanly on SIGTERM only
+    // once its handler is installed), then stop it.
+    await_streaming(&log, last_start).await;
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
