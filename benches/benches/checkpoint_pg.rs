@@ -16,7 +16,11 @@
 //! `cargo bench -p pgcdc-benches --bench checkpoint_pg`; `PGCDC_BENCH_REPS` (default 3) sets
 //! the repetitions of each big-state measurement (the median is reported);
 //! `PGCDC_BENCH_ONLY=tiny`, `rows` or `lo` runs only the tiny saves, or only the states of
-//! one layout (with the raw bulk baselines). `PGCDC_BENCH_KEEP` (default 2) sets how many
+//! one layout (with the raw bulk baselines); `PGCDC_BENCH_SIZES=1,64` picks the state sizes
+//! in MiB (default 1,64,256). `PGCDC_BENCH_PGOPTIONS` sets server options for the store's
+//! connections (e.g. `-c log_min_duration_statement=0` to have the server log each
+//! statement's time), `PGCDC_BENCH_LOG_RAW=1` logs the raw baseline's the same way.
+//! `PGCDC_BENCH_KEEP` (default 2) sets how many
 //! checkpoints each save keeps: from the third save on, each also deletes the oldest. For each state size, stderr also gets the
 //! client's CPU time (this process, all threads, user + system) and minor page faults per
 //! load and per raw read (medians): the server runs in other processes, so these are what
@@ -176,15 +180,19 @@ async fn store_for(db: &TestDatabase, layout: LargeLayout, table: &str) -> PgChe
             .and_then(|v| v.parse().ok())
             .unwrap_or(2),
     );
-    PgCheckpointStore::connect(db.config(), config)
-        .await
-        .unwrap()
+    let mut pg = db.config();
+    if let Ok(o) = std::env::var("PGCDC_BENCH_PGOPTIONS") {
+        pg.options(&o);
+    }
+    PgCheckpointStore::connect(pg, config).await.unwrap()
 }
 
 /// Median MB/s of the store and of the raw baseline measured beside it, and the client's
 /// CPU and minor page faults per load and per raw read.
 struct Speeds {
     save: f64,
+    /// Median time of the retention each save started (after it returned).
+    retention: Duration,
     load: f64,
     raw_write: f64,
     raw_read: f64,
@@ -271,11 +279,17 @@ async fn big(
         .unwrap();
     let (mut s, mut l, mut rw, mut rr) = (vec![], vec![], vec![], vec![]);
     let (mut lu, mut ru) = (vec![], vec![]);
+    let mut kept = vec![];
     for rep in 0..reps as u64 {
         let cp = checkpoint(&job, rep + 1, state.clone());
         let start = Instant::now();
         store.save(&lease, &cp).await.unwrap();
         s.push(mbps(size, start.elapsed()));
+        // The retention the save started runs after it returned: let it finish, so the
+        // raw baseline runs alone, and time it on its own.
+        let start = Instant::now();
+        store.settle_retention().await;
+        kept.push(start.elapsed());
         rw.push(match beside {
             Beside::OneRow => {
                 let start = Instant::now();
@@ -311,7 +325,9 @@ async fn big(
         .batch_execute("TRUNCATE raw_one, raw_rows")
         .await
         .unwrap();
+    kept.sort();
     Speeds {
+        retention: kept.get(kept.len() / 2).copied().unwrap_or_default(),
         save: median(s),
         load: median(l),
         raw_write: median(rw),
@@ -324,6 +340,8 @@ async fn big(
 /// p50 and p99 of tiny saves and of raw upserts, interleaved one by one.
 struct Tiny {
     save: (Duration, Duration),
+    /// The retention each save started, run to its end before the next upsert.
+    retention: (Duration, Duration),
     upsert: (Duration, Duration),
 }
 
@@ -344,11 +362,15 @@ async fn tiny(store: &PgCheckpointStore, client: &Client) -> Tiny {
     let value = Bytes::from(noise(300, 3));
     let mut saves = Vec::with_capacity(1000);
     let mut upserts = Vec::with_capacity(1000);
+    let mut retentions = Vec::with_capacity(1000);
     for n in 1..=1100u64 {
         let cp = checkpoint(&job, n, state.clone());
         let start = Instant::now();
         store.save(&lease, &cp).await.unwrap();
         let saved = start.elapsed();
+        let start = Instant::now();
+        store.settle_retention().await;
+        let retained = start.elapsed();
         let start = Instant::now();
         client
             .execute(&upsert, &[&"job", &&value[..]])
@@ -356,14 +378,17 @@ async fn tiny(store: &PgCheckpointStore, client: &Client) -> Tiny {
             .unwrap();
         let upserted = start.elapsed();
         if n > 100 {
+            retentions.push(retained);
             saves.push(saved);
             upserts.push(upserted);
         }
     }
     saves.sort();
     upserts.sort();
+    retentions.sort();
     let p = |v: &[Duration]| (percentile(v, 0.5), percentile(v, 0.99));
     Tiny {
+        retention: p(&retentions),
         save: p(&saves),
         upsert: p(&upserts),
     }
@@ -380,6 +405,12 @@ async fn run() {
         .unwrap_or(3);
     let db = TestPostgres::new_database().await.unwrap();
     let mut client = db.connect().await.unwrap();
+    if std::env::var("PGCDC_BENCH_LOG_RAW").is_ok() {
+        client
+            .batch_execute("SET log_min_duration_statement = 0")
+            .await
+            .unwrap();
+    }
     client
         .batch_execute(
             "CREATE TABLE raw_rows (seq int PRIMARY KEY, data bytea NOT NULL);
@@ -391,6 +422,12 @@ async fn run() {
         .await
         .unwrap();
     let only = std::env::var("PGCDC_BENCH_ONLY").unwrap_or_default();
+    // `PGCDC_BENCH_SIZES`: the state sizes in MiB, comma-separated (default 1,64,256).
+    let sizes: Vec<usize> = std::env::var("PGCDC_BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .filter(|v: &Vec<usize>| !v.is_empty())
+        .unwrap_or_else(|| vec![1, 64, 256]);
     let part = |name: &str| only.is_empty() || only == name;
     if part("tiny") {
         eprintln!("tiny saves and upserts...");
@@ -410,26 +447,34 @@ async fn run() {
             ms(t.save.0) / ms(t.upsert.0),
             ms(t.save.1) / ms(t.upsert.1)
         );
+        println!(
+            "| its retention, after the save returned (deletes the oldest) | {:.3} ms | {:.3} ms | | |",
+            ms(t.retention.0),
+            ms(t.retention.1)
+        );
         println!();
     }
     if !(part("rows") || part("lo")) {
         return;
     }
-    eprintln!("raw baselines ({reps} reps)...");
-    let raw = raw(&mut client, reps).await;
-    if raw.lo_write > raw.copy_write || raw.lo_read > raw.copy_read {
-        eprintln!("note: large objects beat COPY here; big states are still set against COPY");
-    }
     println!("| measurement | save MB/s | load MB/s | save / raw | load / raw |");
     println!("|---|---|---|---|---|");
-    println!(
-        "| raw: 256 MiB as 1 MiB lo_put / lo_get | {:.0} | {:.0} | | |",
-        raw.lo_write, raw.lo_read
-    );
-    println!(
-        "| raw: 256 MiB as 1 MiB BYTEA rows, binary COPY in / out | {:.0} | {:.0} | | |",
-        raw.copy_write, raw.copy_read
-    );
+    // The bulk baselines (256 MiB, which layout is faster) matter only for the big states.
+    if sizes.iter().any(|&m| m > 1) {
+        eprintln!("raw baselines ({reps} reps)...");
+        let raw = raw(&mut client, reps).await;
+        if raw.lo_write > raw.copy_write || raw.lo_read > raw.copy_read {
+            eprintln!("note: large objects beat COPY here; big states are still set against COPY");
+        }
+        println!(
+            "| raw: 256 MiB as 1 MiB lo_put / lo_get | {:.0} | {:.0} | | |",
+            raw.lo_write, raw.lo_read
+        );
+        println!(
+            "| raw: 256 MiB as 1 MiB BYTEA rows, binary COPY in / out | {:.0} | {:.0} | | |",
+            raw.copy_write, raw.copy_read
+        );
+    }
     for (layout, table, name) in [
         (LargeLayout::ChunkRows, "cp_rows", "rows"),
         (LargeLayout::LargeObject, "cp_lo", "lo"),
@@ -438,7 +483,7 @@ async fn run() {
             continue;
         }
         let store = store_for(&db, layout, table).await;
-        for size in [MIB, 64 * MIB, 256 * MIB] {
+        for size in sizes.iter().map(|&m| m * MIB) {
             eprintln!("{layout:?} {} MiB...", size / MIB);
             // 1 MiB against the one-row baseline, bigger states against COPY (the faster bulk
             // layout, see the lines above), each measured right after the store.
@@ -466,6 +511,10 @@ async fn run() {
                 sp.load,
                 100.0 * sp.save / sp.raw_write,
                 100.0 * sp.load / sp.raw_read
+            );
+            println!(
+                "| its retention, after the save returned: {:.1} ms (median) | | | | |",
+                ms(sp.retention)
             );
             eprintln!(
                 "  client per load (medians): store {:.0} ms CPU, {} minor faults; raw read {:.0} ms CPU, {} minor faults",

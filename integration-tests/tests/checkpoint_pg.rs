@@ -409,6 +409,8 @@ async fn retention_on_save_unlinks_and_vacuum_removes_only_our_orphans() {
             .await
             .unwrap();
     }
+    // Retention runs after each save returns; wait for it.
+    store.settle_retention().await;
     let ids: Vec<u64> = store
         .list(&job)
         .await
@@ -471,6 +473,7 @@ async fn retention_moves_the_lowest_id_and_never_leaves_a_row_below_it() {
             .await
             .unwrap();
         saved.push(id);
+        store.settle_retention().await;
         let kept: Vec<u64> = store
             .list(&job)
             .await
@@ -587,4 +590,65 @@ async fn connection_killed_mid_large_object_save_leaves_no_trace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_killed_mid_copy_save_leaves_no_trace() {
     killed_mid_save(LargeLayout::ChunkRows, "COPY%").await;
+}
+
+/// Retention runs after a save returns, never deletes below `keep_on_save`, and the next
+/// one deletes what a writer that stopped before its retention left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_after_save_catches_up_with_what_an_earlier_writer_left() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let mut keep_all = PgStoreConfig::default();
+    keep_all.keep_on_save = None;
+    let mut keep_two = PgStoreConfig::default();
+    keep_two.keep_on_save = Some(2);
+    keep_two.inline_threshold = 1000;
+    let job = JobName::new("catching-up").unwrap();
+    let ids = |list: Vec<checkpoint_api::CheckpointMeta>| {
+        list.iter().map(|m| m.id.get()).collect::<Vec<_>>()
+    };
+
+    // A writer whose retention never ran (here: none configured) leaves five.
+    let before = open(&db, keep_all, "before").await;
+    let first = before
+        .acquire_lease(&job, &OwnerId::new("a").unwrap())
+        .await
+        .unwrap();
+    for n in 1..=5 {
+        before
+            .save(&first, &with_state(&job, n, noise(10, n)))
+            .await
+            .unwrap();
+    }
+    before.settle_retention().await;
+    assert_eq!(ids(before.list(&job).await.unwrap()), vec![1, 2, 3, 4, 5]);
+
+    // The next writer's saves, inline and chunked, each followed by its retention at
+    // some point: at no moment are fewer than the two newest there.
+    let after = open(&db, keep_two, "after").await;
+    let lease = after
+        .acquire_lease(&job, &OwnerId::new("b").unwrap())
+        .await
+        .unwrap();
+    for n in 6..=9 {
+        let len = if n % 2 == 0 { 5000 } else { 10 };
+        after
+            .save(&lease, &with_state(&job, n, noise(len, n)))
+            .await
+            .unwrap();
+        let now = ids(after.list(&job).await.unwrap());
+        assert!(
+            now.ends_with(&[n - 1, n]),
+            "the two newest are kept at once: {now:?}"
+        );
+    }
+    after.settle_retention().await;
+    assert_eq!(ids(after.list(&job).await.unwrap()), vec![8, 9]);
+
+    // The earlier writer's lease was taken over: its retention deletes nothing.
+    let refused = before.retain(&first, 0).await.unwrap_err();
+    assert!(
+        matches!(refused, CheckpointError::Fenced { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(ids(after.list(&job).await.unwrap()), vec![8, 9]);
 }

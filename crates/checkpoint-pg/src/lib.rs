@@ -32,10 +32,17 @@
 //!
 //! # Guarantees
 //!
-//! * A save is one transaction: chunks, metadata row, the lease's highest id and retention
-//!   ([`PgStoreConfig::keep_on_save`], default 5: older rows deleted and their large objects
-//!   unlinked) commit together or not at all. A small (inline) save is one statement, so
-//!   one round trip with a cached prepared statement; so is loading an inline checkpoint.
+//! * A save is one transaction: chunks, metadata row and the lease's highest id commit
+//!   together or not at all. A small (inline) save is one statement, so one round trip with
+//!   a cached prepared statement; so is loading an inline checkpoint.
+//! * Retention ([`PgStoreConfig::keep_on_save`], default 5: older rows deleted with their
+//!   chunk rows, their large objects unlinked) runs within 0.1 s after a save returned, in
+//!   a statement and a task of its own, one at a time per store, so the save does not wait
+//!   for deletes (a 1 MiB state is some 500 TOAST rows). A job may so hold one checkpoint
+//!   more than it keeps for a moment, or a few more if the process ends first (the next
+//!   retention deletes them); never fewer.
+//!   [`PgCheckpointStore::settle_retention`] waits for it. [`PgCheckpointStore::save_in`]
+//!   applies retention inside the caller's transaction instead.
 //! * [`PgCheckpointStore::save_in`] writes a checkpoint inside a transaction the caller
 //!   opened on its own connection to the same database, without committing: the caller's
 //!   writes and the checkpoint then commit together (pgcdc's PostgreSQL sink does this for

@@ -7,6 +7,7 @@ use crate::schema::Names;
 pub(crate) struct Sql {
     pub(crate) acquire: String,
     pub(crate) save_inline: String,
+    pub(crate) save_inline_keep_all: String,
     pub(crate) lease_state: String,
     pub(crate) lock_for_save: String,
     pub(crate) finish_large: String,
@@ -148,6 +149,30 @@ impl Sql {
                  SELECT EXISTS (SELECT 1 FROM ins), (SELECT count(*) FROM unlinked)",
                 gone(n)
             ),
+            // The inline save of a pooled connection: retention runs after it, in a
+            // statement of its own (the store's `retention` module), so this one only checks
+            // the lease, bumps the highest id and inserts: the lease row, the newest row's
+            // LSN (one scan from the floor) and the new row, a plan a third the size of the
+            // one above.
+            save_inline_keep_all: format!(
+                "WITH newest AS (
+                    SELECT commit_end_lsn FROM {cps}
+                    WHERE job = $1 AND checkpoint_id >= {floor}
+                    ORDER BY checkpoint_id DESC LIMIT 1),
+                 lease AS (
+                    UPDATE {leases} SET highest_id = $2
+                    WHERE job = $1 AND epoch = $3
+                      AND (highest_id IS NULL OR highest_id < $2)
+                      AND NOT EXISTS (SELECT 1 FROM newest WHERE newest.commit_end_lsn > $4)
+                    RETURNING 1),
+                 ins AS (
+                    INSERT INTO {cps} (job, checkpoint_id, commit_end_lsn, created_at_us,
+                        format_version, stored_bytes, crc32c, storage, chunk_size, chunk_count,
+                        writer_epoch, data)
+                    SELECT $1, $2, $4, $5, $6, $7, $8, 'inline', $9, $10, $3, $11 FROM lease
+                    RETURNING 1)
+                 SELECT EXISTS (SELECT 1 FROM ins)"
+            ),
             // Why a save was refused (read after the fact, no lock).
             lease_state: format!(
                 "SELECT l.epoch, l.highest_id,
@@ -188,11 +213,20 @@ impl Sql {
                 "INSERT INTO {lobs} (lo_oid, job, checkpoint_id) VALUES (lo_create(0), $1, $2)
                  RETURNING lo_oid"
             ),
-            // $3 = the writer's epoch; nothing is deleted unless it is current.
+            // $3 = the writer's epoch; nothing is deleted unless it is current. The lease's
+            // floor (`lowest_id`) goes up to one above the newest row deleted, so later scans
+            // of the job's rows skip the dead index entries (never down: every doomed id is at
+            // or above it).
             retain: format!(
                 "WITH lease AS (SELECT epoch FROM {leases} WHERE job = $1 FOR UPDATE),
-                 {} SELECT (SELECT epoch FROM lease), (SELECT count(*) FROM doomed),
-                           (SELECT count(*) FROM unlinked)",
+                 {},
+                 raised AS (
+                    UPDATE {leases} SET lowest_id = greatest(lowest_id,
+                        (SELECT max(checkpoint_id) + 1 FROM doomed))
+                    WHERE job = $1 AND EXISTS (SELECT 1 FROM doomed)
+                    RETURNING 1)
+                 SELECT (SELECT epoch FROM lease), (SELECT count(*) FROM doomed),
+                        (SELECT count(*) FROM unlinked), (SELECT count(*) FROM raised)",
                 doomed("EXISTS (SELECT 1 FROM lease WHERE lease.epoch = $3)", "$2")
             ),
             delete: format!(

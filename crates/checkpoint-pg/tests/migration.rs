@@ -245,6 +245,8 @@ async fn version_1_installation_loses_the_chunk_foreign_key_and_keeps_working() 
             .await
             .unwrap();
     }
+    // Retention runs after each save returns; wait for it.
+    store.settle_retention().await;
     let ids = |list: Vec<checkpoint_api::CheckpointMeta>| {
         list.iter().map(|m| m.id.get()).collect::<Vec<_>>()
     };
@@ -253,6 +255,7 @@ async fn version_1_installation_loses_the_chunk_foreign_key_and_keeps_working() 
     assert!(chunk_rows(&admin, &store, Some(2)).await > 1);
     // An inline save's retention removes a chunk-rows checkpoint's chunks too.
     store.save(&lease, &checkpoint(&job, 4, 100)).await.unwrap();
+    store.settle_retention().await;
     assert_eq!(ids(store.list(&job).await.unwrap()), vec![3, 4]);
     assert_eq!(chunk_rows(&admin, &store, Some(2)).await, 0);
     let three = chunk_rows(&admin, &store, Some(3)).await;
@@ -270,6 +273,7 @@ async fn version_1_installation_loses_the_chunk_foreign_key_and_keeps_working() 
         .await
         .unwrap();
     assert!(chunk_rows(&admin, &store, Some(5)).await > 1);
+    store.settle_retention().await;
     assert_eq!(store.retain(&lease, 0).await.unwrap(), 2);
     assert_eq!(chunk_rows(&admin, &store, None).await, 0);
 
@@ -354,6 +358,7 @@ async fn migration_2_is_a_no_op_without_the_foreign_key() {
             .await
             .unwrap();
     }
+    store.settle_retention().await;
     assert_eq!(chunk_rows(&admin, &store, Some(1)).await, 0);
     assert_eq!(newest(&store, &job).await, checkpoint(&job, 3, 10_000));
 }

@@ -173,6 +173,7 @@ impl Job {
             replication: rc,
             slot,
             checkpoints,
+            retention,
             status_log_interval,
             mut lock,
             _heartbeat,
@@ -247,6 +248,11 @@ impl Job {
             tracing::warn!(slot = %slot,
                 "the initial snapshot did not finish, and without checkpoints nothing records how far it got: the next start streams without it. Drop the slot to take the snapshot again, or configure checkpoints so a snapshot resumes");
         }
+        // The final checkpoint's retention runs after its save returned: let it finish, so
+        // a clean stop leaves no more checkpoints than `checkpoint.keep`.
+        if let Some(store) = retention {
+            store.settle_retention().await;
+        }
         tracing::info!(confirmed = %progress.confirmed, events = progress.events,
             reconnects = progress.reconnects, checkpoints = progress.checkpoints.saved, "stopped cleanly");
         Ok(progress)
@@ -261,6 +267,8 @@ struct Started {
     replication: crate::replication::ReplicationConfig,
     slot: String,
     checkpoints: bool,
+    /// The checkpoint store, whose retention after the last save a clean stop awaits.
+    retention: Option<checkpoint_pg::PgCheckpointStore>,
     status_log_interval: Option<std::time::Duration>,
     lock: Option<LockWatch>,
     _heartbeat: Option<AbortOnDrop>,
@@ -481,9 +489,11 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     });
 
     let mut held = None;
+    let mut retention = None;
     let mut pipeline = match checkpointing {
         Some((store, lock, recovered, cc)) => {
             held = Some(lock);
+            retention = Some(store.clone());
             // A restored checkpoint wins over a configured start position.
             if recovered.checkpoint.is_some() {
                 po.start_lsn = recovered.start_lsn;
@@ -518,6 +528,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         replication: rc,
         slot: source.slot,
         checkpoints: checkpoints.is_some(),
+        retention,
         status_log_interval: tuning.status_log_interval,
         lock: held,
         _heartbeat: heartbeat,

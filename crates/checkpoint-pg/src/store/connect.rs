@@ -66,9 +66,16 @@ impl PgCheckpointStore {
         let sql = Sql::new(&names);
         let mut client = pool.get().await.map_err(pool_err)?;
         migrate(&mut client, &names).await?;
-        Ok(PgCheckpointStore {
+        let store = PgCheckpointStore {
             pool,
-            inner: Arc::new(Inner { config, names, sql }),
-        })
+            inner: Arc::new(Inner {
+                config,
+                names,
+                sql,
+                after_save: Default::default(),
+            }),
+        };
+        store.start_retention_task();
+        Ok(store)
     }
 }

@@ -1,6 +1,7 @@
 //! A big save: its chunks, encoded on a blocking thread a few ahead of the network,
 //! go to chunk rows (binary `COPY`) or one large object (pipelined `lo_put`), then the
-//! metadata row, the lease's highest id and retention, all in one transaction.
+//! metadata row and the lease's highest id, all in one transaction (with retention too in
+//! a caller's transaction, `save_in`; a pooled save's retention runs after it returns).
 
 use bytes::Bytes;
 use checkpoint_api::{
@@ -40,7 +41,8 @@ impl PgCheckpointStore {
                 checkpoint,
                 encoder,
                 layout,
-                self.keep_others(),
+                // Retention runs after the save returns (`retain_after_save`).
+                None,
             )
             .await?;
         tx.commit().await.map_err(|e| pg("save: commit", e))?;

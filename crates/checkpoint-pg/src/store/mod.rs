@@ -7,7 +7,7 @@
 //! * `large`: a big save's chunks, as chunk rows (binary `COPY`) or a large object;
 //! * `load`: `latest`, `load` and `list`, and the checks of what they read;
 //! * `fencing`: leases, and why a save is refused (the rules are `checkpoint-api`'s);
-//! * `retention`: `delete`, `retain` and `vacuum`;
+//! * `retention`: `delete`, `retain`, `vacuum` and the retention after each save;
 //! * `rows`: mapping rows to metadata and ids to columns.
 
 use std::sync::Arc;
@@ -49,6 +49,7 @@ struct Inner {
     config: PgStoreConfig,
     names: Names,
     sql: Sql,
+    after_save: retention::AfterSave,
 }
 
 impl std::fmt::Debug for PgCheckpointStore {
@@ -97,14 +98,6 @@ impl PgCheckpointStore {
 
     fn sql(&self) -> &Sql {
         &self.inner.sql
-    }
-
-    /// How many older checkpoints a save keeps besides the new one (`None`: all).
-    fn keep_others(&self) -> Option<i64> {
-        self.inner
-            .config
-            .keep_on_save
-            .map(|k| i64::try_from(k.saturating_sub(1)).unwrap_or(i64::MAX))
     }
 
     /// A pooled connection that is not known to be closed. A connection whose

@@ -120,14 +120,9 @@ impl PgCheckpointStore {
             ChunkedEncoder::new(checkpoint, &config.encode, usize::MAX).map_err(rejected)?;
         let mut client = self.client().await?;
         let result = if encoder.uncompressed_len() <= config.inline_threshold as u64 {
-            self.save_inline(
-                Db::pooled(&client),
-                lease,
-                checkpoint,
-                encoder,
-                self.keep_others(),
-            )
-            .await
+            // Retention runs after the save returns (`retain_after_save`).
+            self.save_inline(Db::pooled(&client), lease, checkpoint, encoder, None)
+                .await
         } else {
             let chunk_size = match config.large_layout {
                 LargeLayout::ChunkRows => config.row_chunk_size,
@@ -141,6 +136,9 @@ impl PgCheckpointStore {
                 Err(e) => Err(rejected(e)),
             }
         };
+        if result.is_ok() {
+            self.retain_after_save(lease);
+        }
         if matches!(&result, Err(e) if e.is_retryable()) {
             // The connection may have died mid-save (server restart, terminated backend)
             // before the pool can tell: never hand it out again.
@@ -172,30 +170,36 @@ impl PgCheckpointStore {
         let envelope = first.unwrap_or_else(|| envelope.freeze());
         let manifest = finished(&encoder)?;
         let p = SaveParams::new(lease, checkpoint, &manifest)?;
-        let stmt = db
-            .prepare(&self.sql().save_inline)
-            .await
-            .map_err(|e| pg("save: prepare", e))?;
+        // With retention in the statement ($12: rows to keep besides the new one), or the
+        // leaner statement without it.
+        let sql = match keep_others {
+            Some(_) => &self.sql().save_inline,
+            None => &self.sql().save_inline_keep_all,
+        };
+        let stmt = db.prepare(sql).await.map_err(|e| pg("save: prepare", e))?;
         let data: &[u8] = &envelope;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
+            &p.job,
+            &p.id,
+            &p.epoch,
+            &p.lsn,
+            &p.created,
+            &p.format,
+            &p.stored,
+            &p.crc,
+            &p.chunk_size,
+            &p.chunk_count,
+            &data,
+            &keep_others,
+        ];
+        let params = if keep_others.is_some() {
+            &params[..]
+        } else {
+            &params[..11]
+        };
         let row = db
             .client
-            .query_one(
-                &stmt,
-                &[
-                    &p.job,
-                    &p.id,
-                    &p.epoch,
-                    &p.lsn,
-                    &p.created,
-                    &p.format,
-                    &p.stored,
-                    &p.crc,
-                    &p.chunk_size,
-                    &p.chunk_count,
-                    &data,
-                    &keep_others,
-                ],
-            )
+            .query_one(&stmt, params)
             .await
             .map_err(|e| pg("save", e))?;
         let inserted: bool = row.try_get(0).map_err(|e| pg("save: result", e))?;
