@@ -249,15 +249,27 @@ impl Job {
                 "the initial snapshot did not finish, and without checkpoints nothing records how far it got: the next start streams without it. Drop the slot to take the snapshot again, or configure checkpoints so a snapshot resumes");
         }
         // The final checkpoint's retention runs after its save returned: let it finish, so
-        // a clean stop leaves no more checkpoints than `checkpoint.keep`.
+        // a clean stop leaves no more checkpoints than `checkpoint.keep`. Not for long: what
+        // it leaves, the next start's first retention deletes (and with the store down, a
+        // stop must not wait for `store_timeout_secs`).
         if let Some(store) = retention {
-            store.settle_retention().await;
+            if tokio::time::timeout(SETTLE_RETENTION, store.settle_retention())
+                .await
+                .is_err()
+            {
+                tracing::info!(
+                    "stopping without waiting longer for old checkpoints to be deleted; the next start deletes them"
+                );
+            }
         }
         tracing::info!(confirmed = %progress.confirmed, events = progress.events,
             reconnects = progress.reconnects, checkpoints = progress.checkpoints.saved, "stopped cleanly");
         Ok(progress)
     }
 }
+
+/// How long a clean stop waits for the retention of the last checkpoint saves.
+const SETTLE_RETENTION: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A job that has started: its pipeline is built and nothing streams yet.
 struct Started {
