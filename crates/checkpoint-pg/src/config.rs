@@ -90,7 +90,8 @@ pub struct PgStoreConfig {
     /// Chunk size (bytes per `lo_put` / `lo_get`) of the large-object layout (default 8 MiB).
     pub large_object_chunk_size: usize,
     /// Keep only the newest N checkpoints of a job: after each save, older ones are deleted
-    /// by a statement run at most 0.1 s after the save returned, off the caller's path (see
+    /// by a statement the store runs after the save returned (usually within 0.1 s), off the
+    /// caller's path (see
     /// [`PgCheckpointStore::settle_retention`](crate::PgCheckpointStore::settle_retention)).
     /// Default `Some(5)`; `None` keeps everything. Must be at least 1.
     pub keep_on_save: Option<usize>,

@@ -36,8 +36,8 @@
 //!   together or not at all. A small (inline) save is one statement, so one round trip with
 //!   a cached prepared statement; so is loading an inline checkpoint.
 //! * Retention ([`PgStoreConfig::keep_on_save`], default 5: older rows deleted with their
-//!   chunk rows, their large objects unlinked) runs within 0.1 s after a save returned, in
-//!   a statement and a task of its own, one at a time per store, so the save does not wait
+//!   chunk rows, their large objects unlinked) runs after a save returned (usually within
+//!   0.1 s), in a statement and a task of its own, one at a time per store, so the save does not wait
 //!   for deletes (a 1 MiB state is some 500 TOAST rows). A job may so hold one checkpoint
 //!   more than it keeps for a moment, or a few more if the process ends first (the next
 //!   retention deletes them); never fewer.

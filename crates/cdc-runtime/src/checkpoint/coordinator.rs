@@ -57,6 +57,9 @@ impl InSinkSave {
     }
 }
 
+/// How long a clean stop waits for the retention of the last save.
+const SETTLE_RETENTION: Duration = Duration::from_secs(5);
+
 /// The checkpoint state machine of one pipeline run.
 pub(crate) struct Coordinator {
     store: Arc<dyn CheckpointStore>,
@@ -69,6 +72,9 @@ pub(crate) struct Coordinator {
     due: bool,
     prepared: Option<Prepared>,
     saving: Option<JoinHandle<Result<CheckpointMeta, CheckpointError>>>,
+    /// The retention of the last save, which runs after the save was reported (so that
+    /// deletes never hold a checkpoint, or the slot's confirmation, back).
+    retaining: Option<JoinHandle<()>>,
     /// The job's stored checkpoints, oldest first: those recovery found, plus
     /// every save, less retention. Only this job (holding its lock and lease)
     /// writes them, so they are tracked here instead of listed per save.
@@ -138,6 +144,7 @@ impl Coordinator {
             due: false,
             prepared: None,
             saving: None,
+            retaining: None,
             stats: CheckpointStats::default(),
             snapshot: opts.resume.as_ref().and_then(|c| c.snapshot.clone()),
             relations: opts
@@ -309,12 +316,51 @@ impl Coordinator {
         };
         let store = self.store.clone();
         let lease = self.lease.clone();
-        let keep = self.opts.keep;
         self.saving = Some(tokio::spawn(async move {
-            let meta = store.save(&lease, &prepared.checkpoint).await?;
-            store.retain(&lease, keep).await?;
-            Ok(meta)
+            store.save(&lease, &prepared.checkpoint).await
         }));
+    }
+
+    /// Deletes all but the newest `keep` checkpoints, in a task of its own after the
+    /// previous one's: a save is complete (and the slot may move) without waiting for
+    /// deletes, which for a big state are thousands of rows. A failure is logged and left
+    /// to the next save's retention; until then the job holds more checkpoints than it
+    /// keeps, never fewer.
+    fn retain_after_save(&mut self) {
+        let store = self.store.clone();
+        let lease = self.lease.clone();
+        let keep = self.opts.keep;
+        let previous = self.retaining.take();
+        self.retaining = Some(tokio::spawn(async move {
+            if let Some(previous) = previous {
+                let _ = previous.await;
+            }
+            match store.retain(&lease, keep).await {
+                Ok(_) => {}
+                // The next save reports the takeover.
+                Err(CheckpointError::Fenced { .. }) => {
+                    tracing::debug!("old checkpoints not deleted: the lease was taken over");
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "deleting old checkpoints failed; the next checkpoint tries again"
+                ),
+            }
+        }));
+    }
+
+    /// Waits, up to `limit`, for the retention of the last save (at shutdown, so that a
+    /// clean stop leaves no more checkpoints than `keep`; what it leaves, the next
+    /// start's first retention deletes).
+    async fn settle_retention(&mut self, limit: Duration) {
+        let Some(handle) = self.retaining.take() else {
+            return;
+        };
+        if tokio::time::timeout(limit, handle).await.is_err() {
+            tracing::info!(
+                "stopping without waiting longer for old checkpoints to be deleted; the next start deletes them"
+            );
+        }
     }
 
     /// Waits for the running save (pending forever when none runs).
@@ -344,6 +390,10 @@ impl Coordinator {
     ) -> Result<(), CheckpointError> {
         match result {
             Ok(meta) => {
+                // A sink committing checkpoints applies retention in its transaction.
+                if !self.in_sink {
+                    self.retain_after_save();
+                }
                 self.retained.push(meta.clone());
                 let excess = self.retained.len().saturating_sub(self.opts.keep);
                 self.retained.drain(..excess);
@@ -449,7 +499,9 @@ impl Coordinator {
         }
         self.capture(position, Lsn::INVALID, operators)?;
         self.poll_acks(Lsn::INVALID);
-        self.saved().await
+        let saved = self.saved().await;
+        self.settle_retention(SETTLE_RETENTION).await;
+        saved
     }
 
     /// Shutdown with a sink committing checkpoints: waits for a running

@@ -173,7 +173,6 @@ impl Job {
             replication: rc,
             slot,
             checkpoints,
-            retention,
             status_log_interval,
             mut lock,
             _heartbeat,
@@ -248,28 +247,11 @@ impl Job {
             tracing::warn!(slot = %slot,
                 "the initial snapshot did not finish, and without checkpoints nothing records how far it got: the next start streams without it. Drop the slot to take the snapshot again, or configure checkpoints so a snapshot resumes");
         }
-        // The final checkpoint's retention runs after its save returned: let it finish, so
-        // a clean stop leaves no more checkpoints than `checkpoint.keep`. Not for long: what
-        // it leaves, the next start's first retention deletes (and with the store down, a
-        // stop must not wait for `store_timeout_secs`).
-        if let Some(store) = retention {
-            if tokio::time::timeout(SETTLE_RETENTION, store.settle_retention())
-                .await
-                .is_err()
-            {
-                tracing::info!(
-                    "stopping without waiting longer for old checkpoints to be deleted; the next start deletes them"
-                );
-            }
-        }
         tracing::info!(confirmed = %progress.confirmed, events = progress.events,
             reconnects = progress.reconnects, checkpoints = progress.checkpoints.saved, "stopped cleanly");
         Ok(progress)
     }
 }
-
-/// How long a clean stop waits for the retention of the last checkpoint saves.
-const SETTLE_RETENTION: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A job that has started: its pipeline is built and nothing streams yet.
 struct Started {
@@ -279,8 +261,6 @@ struct Started {
     replication: crate::replication::ReplicationConfig,
     slot: String,
     checkpoints: bool,
-    /// The checkpoint store, whose retention after the last save a clean stop awaits.
-    retention: Option<checkpoint_pg::PgCheckpointStore>,
     status_log_interval: Option<std::time::Duration>,
     lock: Option<LockWatch>,
     _heartbeat: Option<AbortOnDrop>,
@@ -501,11 +481,9 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     });
 
     let mut held = None;
-    let mut retention = None;
     let mut pipeline = match checkpointing {
         Some((store, lock, recovered, cc)) => {
             held = Some(lock);
-            retention = Some(store.clone());
             // A restored checkpoint wins over a configured start position.
             if recovered.checkpoint.is_some() {
                 po.start_lsn = recovered.start_lsn;
@@ -540,7 +518,6 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         replication: rc,
         slot: source.slot,
         checkpoints: checkpoints.is_some(),
-        retention,
         status_log_interval: tuning.status_log_interval,
         lock: held,
         _heartbeat: heartbeat,

@@ -89,19 +89,20 @@ impl PgCheckpointStore {
     }
 }
 
-/// Retention after a pooled save ([`PgStoreConfig::keep_on_save`]), off the caller's path.
-///
-/// A save returns once its own statement committed; deleting what it made old (for a big
-/// state, hundreds of TOAST or chunk rows) runs within [`RETENTION_TICK`] in a task of the
-/// store's, one run at a time. Saves in between are gathered: a run covers every job saved
-/// since the last, with the newest lease of each. If the process ends first, the next
-/// retention of the job deletes what was left, so a job briefly holds one checkpoint (or a
-/// few) more than it keeps, never fewer.
-///
-/// [`PgStoreConfig::keep_on_save`]: crate::PgStoreConfig::keep_on_save
 /// How often the retention task looks for saves to trim after.
 pub(super) const RETENTION_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Retention after a pooled save ([`PgStoreConfig::keep_on_save`]), off the caller's path.
+///
+/// A save returns once its own statement committed; deleting what it made old (for a big
+/// state, hundreds of TOAST or chunk rows) runs in a task of the store's, usually within
+/// [`RETENTION_TICK`]: runs go one at a time for all jobs, and one waits for the lease row
+/// while a big save of the job holds it. Saves in between are gathered: a run covers every
+/// job saved since the last, with the newest lease of each. If the process ends first, the
+/// next retention of the job deletes what was left, so a job briefly holds one checkpoint
+/// (or a few) more than it keeps, never fewer.
+///
+/// [`PgStoreConfig::keep_on_save`]: crate::PgStoreConfig::keep_on_save
 #[derive(Default)]
 pub(super) struct AfterSave {
     /// Jobs saved since their retention last ran, with the lease of the newest save.
@@ -112,13 +113,22 @@ pub(super) struct AfterSave {
 
 impl PgCheckpointStore {
     /// Notes that `lease`'s job was saved; the retention task deletes what the save made
-    /// old within [`RETENTION_TICK`].
+    /// old, usually within [`RETENTION_TICK`].
     ///
     /// Only a map insert: starting a task here, or waking one, cost the save 20–40 µs on a
     /// 2-vCPU VM (waking an idle worker thread), a fifth of a tiny save.
     pub(super) fn retain_after_save(&self, lease: &Lease) {
-        if self.inner.config.keep_on_save.is_some() {
-            self.pending().insert(lease.job().clone(), lease.clone());
+        if self.inner.config.keep_on_save.is_none() {
+            return;
+        }
+        // The newest lease of the job: a fenced writer's save, noted late, must not put
+        // its lease (whose retention is refused) over the current one's.
+        let mut pending = self.pending();
+        let newer = pending
+            .get(lease.job())
+            .is_none_or(|noted| noted.epoch().0 <= lease.epoch().0);
+        if newer {
+            pending.insert(lease.job().clone(), lease.clone());
         }
     }
 

@@ -81,6 +81,8 @@ async fn confirms_the_oldest_retained_or_the_newest() {
     for at in [100, 200, 300] {
         take(&mut c, at, &[]).await;
     }
+    // Retention runs after each save was reported.
+    c.settle_retention(Duration::from_secs(5)).await;
     assert_eq!(store.list(&job).await.unwrap().len(), 2);
     assert_eq!(c.confirmable(), lsn(200), "oldest of the two kept");
     assert_eq!(c.stats().saved, 3);
