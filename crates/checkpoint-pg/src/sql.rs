@@ -99,6 +99,15 @@ impl Sql {
                 cut(offset)
             )
         };
+        // The insert of an inline save (`ins`), of one row if the CTE `lease` returned one.
+        let insert_inline = format!(
+            "ins AS (
+                    INSERT INTO {cps} (job, checkpoint_id, commit_end_lsn, created_at_us,
+                        format_version, stored_bytes, crc32c, storage, chunk_size, chunk_count,
+                        writer_epoch, data)
+                    SELECT $1, $2, $4, $5, $6, $7, $8, 'inline', $9, $10, $3, $11 FROM lease
+                    RETURNING 1)"
+        );
         Sql {
             acquire: format!(
                 "INSERT INTO {leases} AS l (job, epoch, owner) VALUES ($1, 1, $2)
@@ -134,12 +143,7 @@ impl Sql {
                       AND (highest_id IS NULL OR highest_id < $2)
                       AND NOT EXISTS (SELECT 1 FROM k WHERE k.newest_lsn > $4)
                     RETURNING 1),
-                 ins AS (
-                    INSERT INTO {cps} (job, checkpoint_id, commit_end_lsn, created_at_us,
-                        format_version, stored_bytes, crc32c, storage, chunk_size, chunk_count,
-                        writer_epoch, data)
-                    SELECT $1, $2, $4, $5, $6, $7, $8, 'inline', $9, $10, $3, $11 FROM lease
-                    RETURNING 1),
+                 {insert_inline},
                  doomed AS (
                     DELETE FROM {cps} WHERE job = $1 AND EXISTS (SELECT 1 FROM ins)
                       AND checkpoint_id >= (SELECT floor FROM f)
@@ -165,12 +169,7 @@ impl Sql {
                       AND (highest_id IS NULL OR highest_id < $2)
                       AND NOT EXISTS (SELECT 1 FROM newest WHERE newest.commit_end_lsn > $4)
                     RETURNING 1),
-                 ins AS (
-                    INSERT INTO {cps} (job, checkpoint_id, commit_end_lsn, created_at_us,
-                        format_version, stored_bytes, crc32c, storage, chunk_size, chunk_count,
-                        writer_epoch, data)
-                    SELECT $1, $2, $4, $5, $6, $7, $8, 'inline', $9, $10, $3, $11 FROM lease
-                    RETURNING 1)
+                 {insert_inline}
                  SELECT EXISTS (SELECT 1 FROM ins)"
             ),
             // Why a save was refused (read after the fact, no lock).
