@@ -75,6 +75,8 @@ pub(crate) struct Coordinator {
     /// The retention of the last save, which runs after the save was reported (so that
     /// deletes never hold a checkpoint, or the slot's confirmation, back).
     retaining: Option<JoinHandle<()>>,
+    /// A save's retention was not started because the one before still ran.
+    retention_skipped: bool,
     /// The job's stored checkpoints, oldest first: those recovery found, plus
     /// every save, less retention. Only this job (holding its lock and lease)
     /// writes them, so they are tracked here instead of listed per save.
@@ -145,6 +147,7 @@ impl Coordinator {
             prepared: None,
             saving: None,
             retaining: None,
+            retention_skipped: false,
             stats: CheckpointStats::default(),
             snapshot: opts.resume.as_ref().and_then(|c| c.snapshot.clone()),
             relations: opts
@@ -321,20 +324,22 @@ impl Coordinator {
         }));
     }
 
-    /// Deletes all but the newest `keep` checkpoints, in a task of its own after the
-    /// previous one's: a save is complete (and the slot may move) without waiting for
-    /// deletes, which for a big state are thousands of rows. A failure is logged and left
-    /// to the next save's retention; until then the job holds more checkpoints than it
-    /// keeps, never fewer.
+    /// Deletes all but the newest `keep` checkpoints, in a task of its own: a save is
+    /// complete (and the slot may move) without waiting for deletes, which for a big state
+    /// are thousands of rows. While the last save's retention still runs, none is started:
+    /// the next save's deletes what both made old (so a slow store never piles tasks up).
+    /// A failure is logged and left to the next save's retention; until then the job holds
+    /// more checkpoints than it keeps, never fewer.
     fn retain_after_save(&mut self) {
+        if self.retaining.as_ref().is_some_and(|r| !r.is_finished()) {
+            self.retention_skipped = true;
+            return;
+        }
+        self.retention_skipped = false;
         let store = self.store.clone();
         let lease = self.lease.clone();
         let keep = self.opts.keep;
-        let previous = self.retaining.take();
         self.retaining = Some(tokio::spawn(async move {
-            if let Some(previous) = previous {
-                let _ = previous.await;
-            }
             match store.retain(&lease, keep).await {
                 Ok(_) => {}
                 // The next save reports the takeover.
@@ -353,10 +358,19 @@ impl Coordinator {
     /// clean stop leaves no more checkpoints than `keep`; what it leaves, the next
     /// start's first retention deletes).
     async fn settle_retention(&mut self, limit: Duration) {
-        let Some(handle) = self.retaining.take() else {
-            return;
+        let settle = async {
+            if let Some(running) = self.retaining.take() {
+                let _ = running.await;
+            }
+            // A save came while it ran: delete what that one made old too.
+            if std::mem::take(&mut self.retention_skipped) {
+                self.retain_after_save();
+                if let Some(last) = self.retaining.take() {
+                    let _ = last.await;
+                }
+            }
         };
-        if tokio::time::timeout(limit, handle).await.is_err() {
+        if tokio::time::timeout(limit, settle).await.is_err() {
             tracing::info!(
                 "stopping without waiting longer for old checkpoints to be deleted; the next start deletes them"
             );
