@@ -72,8 +72,7 @@ pub(crate) async fn ensure(
             if plan {
                 (wanted.clone(), "will be created")
             } else {
-                let info = js
-                    .create_stream(wanted.clone())
+                let info = create_stream(js, &wanted)
                     .await
                     .map_err(|e| create_error(&name, wanted.num_replicas, &e))?;
                 (info.cached_info().config.clone(), "was created")
@@ -156,8 +155,44 @@ fn check_storage(
     ))
 }
 
+/// How many times a stream creation the server failed on its side is tried.
+const CREATE_ATTEMPTS: u32 = 5;
+
+/// Creates the stream, trying again (after 0.1, 0.2, 0.4, 0.8 s) when the server
+/// answers with a failure of its own (status 500). Seen with nats-server 2.9 while
+/// other clients created and deleted streams of the same account: "error creating store
+/// for stream", the server's log saying the account's store directory was missing for a
+/// moment. A creation that raced with itself is no harm: creating a stream that exists
+/// with the same configuration succeeds.
+async fn create_stream(
+    js: &jetstream::Context,
+    config: &stream::Config,
+) -> Result<stream::Stream, CreateStreamError> {
+    let mut delay = Duration::from_millis(100);
+    let mut attempt = 1;
+    loop {
+        match js.create_stream(config.clone()).await {
+            Err(e) if attempt < CREATE_ATTEMPTS && server_failure(&e) => {
+                tracing::warn!(stream = %config.name, error = %e, attempt,
+                    "nats sink: the server failed to create the stream; trying again");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// A JetStream API error with a status of 500 or above: the server failed, not the
+/// request.
+fn server_failure(e: &CreateStreamError) -> bool {
+    matches!(e.kind(), CreateStreamErrorKind::JetStream(j) if j.code() >= 500)
+}
+
 /// The error of creating the stream, with the fix when the server cannot
-/// hold the replicas asked for.
+/// hold the replicas asked for. A server failure that outlasted the retries is
+/// transient (the job's next start tries again); the rest are permanent.
 fn create_error(name: &str, replicas: usize, e: &CreateStreamError) -> NatsError {
     let code = match e.kind() {
         CreateStreamErrorKind::JetStream(j) => Some(j.error_code()),
@@ -179,7 +214,12 @@ fn create_error(name: &str, replicas: usize, e: &CreateStreamError) -> NatsError
         }
         _ => String::new(),
     };
-    NatsError::permanent("stream", format!("creating stream {name}: {e}{hint}"))
+    let message = format!("creating stream {name}: {e}{hint}");
+    if server_failure(e) {
+        NatsError::transient("stream", message)
+    } else {
+        NatsError::permanent("stream", message)
+    }
 }
 
 fn wanted_config(options: &NatsSinkOptions, name: &str) -> stream::Config {
