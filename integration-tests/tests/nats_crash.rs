@@ -101,6 +101,43 @@ fn random_below() -> impl FnMut(u64) -> u64 {
     }
 }
 
+/// Waits until the stream holds `want` messages, the running instance (`child`, logging
+/// to `log`) never exiting meanwhile; then stops it with SIGTERM once it streams (it
+/// stops cleanly only once its handler is installed, and the stream may have been
+/// complete before the last kill, so before the instance started after it, at log
+/// offset `last_start`). Its exit status.
+async fn catch_up_and_stop(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    want: u64,
+    child: &mut Child,
+    log: &Path,
+    last_start: usize,
+) -> std::process::ExitStatus {
+    let deadline = Instant::now() + TIMEOUT;
+    while stream_len(js, stream).await.unwrap().unwrap_or(0) < want {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "pgcdc exited ({status}) before the stream held {want} messages; see {}",
+                log.display()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stream never reached {want} messages; see {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    await_streaming(log, last_start).await;
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    child.wait().unwrap()
+}
+
 /// Waits until the stream holds more than `before` messages (the running
 /// instance made progress), then SIGKILLs `child` after up to `max_delay_ms`
 /// and starts another instance. Returns the log's length when it started
@@ -279,25 +316,7 @@ interval_ms = 200
 
     // The last instance catches up, then stops cleanly.
     let want = changes.len() as u64;
-    let deadline = Instant::now() + TIMEOUT;
-    while stream_len(&js, &stream).await.unwrap().unwrap_or(0) < want {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("pgcdc exited ({status}) while catching up; {}", see_log());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the stream never reached {want} messages; {}",
-            see_log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    await_streaming(&log, last_start).await;
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = child.wait().unwrap();
+    let exit = catch_up_and_stop(&js, &stream, want, &mut child, &log, last_start).await;
     assert!(exit.success(), "pgcdc exited with {exit}; {}", see_log());
 
     let messages = read_stream(&js, &stream).await.unwrap();
@@ -469,7 +488,6 @@ interval_ms = 200
     );
     let config = dir.path().join("pgcdc.toml");
     std::fs::write(&config, config_text).unwrap();
-    let see_log = || format!("see {}", log.display());
 
     let mut child = spawn(&config, &log);
     let mut random = random_below();
@@ -489,28 +507,7 @@ interval_ms = 200
     }
 
     // The last instance finishes the snapshot.
-    let deadline = Instant::now() + TIMEOUT;
-    while stream_len(&js, &stream).await.unwrap().unwrap_or(0) < ROWS as u64 {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("pgcdc exited ({status}) while reading; {}", see_log());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the stream never reached {ROWS} messages; {}",
-            see_log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // The stream may have been complete before the last kill: wait until the
-    // instance started after it streams (it stops cleanly on SIGTERM only
-    // once its handler is installed), then stop it.
-    await_streaming(&log, last_start).await;
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = child.wait().unwrap();
+    let exit = catch_up_and_stop(&js, &stream, ROWS as u64, &mut child, &log, last_start).await;
     let log_text = std::fs::read_to_string(&log).unwrap();
     let tail: Vec<&str> = log_text.lines().rev().take(30).collect();
     assert!(
