@@ -12,7 +12,8 @@ use crate::tls_connect::checkpoint_store;
 pub struct StoreOptions {
     /// Where the store is (often the source database itself).
     pub connection: ReplicationConfig,
-    /// Schema, table, inline threshold, retention on save, ...
+    /// Schema, table, inline threshold, ... (`keep_on_save` is not used: the pipeline
+    /// deletes old checkpoints itself)
     pub config: PgStoreConfig,
 }
 
@@ -32,6 +33,11 @@ impl StoreOptions {
             .clone()
             .application_name("pgcdc checkpoints");
         tracing::debug!(store = %rc, "opening the checkpoint store");
-        checkpoint_store(&rc, self.config.clone()).await
+        // The pipeline deletes old checkpoints itself after each save (`keep`), and so do
+        // the CLI's `checkpoints` commands where asked: the store's own retention after a
+        // save would only repeat it.
+        let mut config = self.config.clone();
+        config.keep_on_save = None;
+        checkpoint_store(&rc, config).await
     }
 }

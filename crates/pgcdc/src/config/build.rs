@@ -84,9 +84,6 @@ impl Config {
         let mut config = PgStoreConfig::default();
         config.schema = cc.schema.clone();
         config.table = cc.table.clone();
-        // The pipeline deletes old checkpoints itself after each save (`checkpoint.keep`),
-        // and so do the CLI's `checkpoints` commands where asked: the store need not.
-        config.keep_on_save = None;
         config.pool.operation_timeout = cc.store_timeout();
         if let Some(threshold) = cc.inline_threshold {
             config.inline_threshold = threshold;
