@@ -1583,11 +1583,25 @@ async fn max_age_is_set_on_the_created_stream() {
 /// `replicas = 3`: a server that is not clustered cannot hold them, and the
 /// job says so and what to do (nothing is created); nor can a cluster of
 /// three hold five; on that cluster, three replicas are created and the
-/// rows arrive.
+/// rows arrive. `pgcdc validate` tells the same before anything runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_need_a_cluster() {
     let db = TestPostgres::new_database().await.unwrap();
     create_tables(&db).await;
+    let dir = integration_tests::TempDir::new("nats-replicas");
+    // `validate` refuses with the message `run` refuses with.
+    let validate_refuses = |text: String, file: &'static str, cause: &'static str| {
+        let dir = dir.path().to_owned();
+        async move {
+            let (ok, stdout, stderr) = validate(&dir, file, &text).await;
+            assert!(!ok, "validate passed: {stdout}");
+            assert!(stderr.contains(cause), "validate names the cause: {stderr}");
+            assert!(
+                stderr.contains("[sinks.stream]"),
+                "validate names the fix: {stderr}"
+            );
+        }
+    };
 
     let single = TestNats::new().await.unwrap();
     let js = single.jetstream().await.unwrap();
@@ -1597,6 +1611,7 @@ async fn three_replicas_need_a_cluster() {
         base_toml(&db, &["public.items"], &names),
         nats_sink_toml(single.url(), &names, "", "replicas = 3"),
     );
+    validate_refuses(text.clone(), "single.toml", "not clustered").await;
     let err = refusal(&text).await;
     assert!(
         err.contains(&names.stream) && err.contains("not clustered"),
@@ -1617,6 +1632,12 @@ async fn three_replicas_need_a_cluster() {
         base_toml(&db, &["public.items"], &names),
         nats_sink_toml_servers(&cluster.urls(), &names, "", "replicas = 5"),
     );
+    validate_refuses(
+        text.clone(),
+        "r5.toml",
+        "replicas = 5 needs 5 JetStream servers",
+    )
+    .await;
     let err = refusal(&text).await;
     assert!(
         err.contains(&names.stream) && err.contains("replicas = 5 needs 5 JetStream servers"),
@@ -1633,6 +1654,15 @@ async fn three_replicas_need_a_cluster() {
         "{}{}",
         base_toml(&db, &["public.items"], &names),
         nats_sink_toml_servers(&cluster.urls(), &names, "", "replicas = 3"),
+    );
+    let (ok, stdout, stderr) = validate(dir.path(), "r3.toml", &text).await;
+    assert!(
+        ok,
+        "validate refused three replicas on three servers: {stderr}"
+    );
+    assert!(
+        stdout.contains("will be created") && stdout.contains("3 replica(s)"),
+        "validate says what run will do: {stdout}"
     );
     let run = start(&text);
     streaming(&db, &names).await;

@@ -70,6 +70,7 @@ pub(crate) async fn ensure(
                 false,
             )?;
             if plan {
+                check_placement(&name, wanted.num_replicas, &js.client().server_info())?;
                 (wanted.clone(), "will be created")
             } else {
                 let info = create_stream(js, &wanted)
@@ -152,6 +153,46 @@ fn check_storage(
         format!(
             "stream {name} {what}, which loses its messages and its duplicate-id window when the server restarts, so the sink cannot be exactly once on it: {fix}, or set allow_memory_storage = true in [sinks.stream] to accept at-least-once delivery"
         ),
+    ))
+}
+
+/// Whether the servers can hold `replicas` copies of a stream about to be
+/// created, judged (for `pgcdc validate`, which creates nothing) from what
+/// the connected server told the client: a server outside a cluster holds
+/// one; a cluster member advertises the client URLs of the cluster's
+/// servers (`connect_urls`, one or more per server), so fewer URLs than
+/// replicas means fewer servers. A cluster that advertises nothing
+/// (`no_advertise`) cannot be judged here; creating the stream then tells.
+/// `run` leaves the judgement to the server's answer, which names the fix
+/// the same way (see [`create_error`]).
+fn check_placement(
+    name: &str,
+    replicas: usize,
+    info: &async_nats::ServerInfo,
+) -> Result<(), NatsError> {
+    if replicas <= 1 {
+        return Ok(());
+    }
+    let advertised = {
+        let mut urls: Vec<&str> = info.connect_urls.iter().map(String::as_str).collect();
+        urls.sort_unstable();
+        urls.dedup();
+        urls.len()
+    };
+    let problem = match &info.cluster {
+        None => format!(
+            "replicas = {replicas} needs a JetStream cluster of at least {replicas} servers, and server {} is not clustered: set replicas = 1 in [sinks.stream], or connect to a cluster",
+            info.server_name
+        ),
+        Some(cluster) if advertised > 0 && advertised < replicas => format!(
+            "replicas = {replicas} needs {replicas} JetStream servers, and cluster {cluster} advertises {advertised} server URL(s) ({}): lower replicas in [sinks.stream] to at most the number of JetStream servers, or add servers",
+            info.connect_urls.join(", ")
+        ),
+        Some(_) => return Ok(()),
+    };
+    Err(NatsError::permanent(
+        "stream",
+        format!("stream {name} would be created with {problem}"),
     ))
 }
 
@@ -299,6 +340,54 @@ mod tests {
         assert!(e.message.contains("duplicate_window"), "{e}");
         assert!(e.message.contains("checkpoint.interval_ms"), "{e}");
         assert!(check_window("S", Duration::from_secs(30), None).is_err());
+    }
+
+    #[test]
+    fn replicas_are_judged_by_what_the_server_advertises() {
+        let urls = |n: usize| {
+            (0..n)
+                .map(|i| format!("10.0.0.{i}:4222"))
+                .collect::<Vec<_>>()
+        };
+        let single = async_nats::ServerInfo {
+            server_name: "n1".into(),
+            connect_urls: urls(1),
+            ..Default::default()
+        };
+        assert!(check_placement("S", 1, &single).is_ok());
+        let e = check_placement("S", 3, &single).unwrap_err();
+        assert!(!e.transient);
+        assert!(
+            e.message.contains("stream S") && e.message.contains("not clustered"),
+            "{e}"
+        );
+        assert!(
+            e.message.contains("set replicas = 1 in [sinks.stream]"),
+            "{e}"
+        );
+
+        let cluster = |n| async_nats::ServerInfo {
+            cluster: Some("c".into()),
+            connect_urls: urls(n),
+            ..Default::default()
+        };
+        assert!(check_placement("S", 3, &cluster(3)).is_ok());
+        let e = check_placement("S", 5, &cluster(3)).unwrap_err();
+        assert!(
+            e.message.contains("replicas = 5 needs 5 JetStream servers"),
+            "{e}"
+        );
+        assert!(e.message.contains("advertises 3 server URL(s)"), "{e}");
+        assert!(
+            e.message.contains("lower replicas in [sinks.stream]"),
+            "{e}"
+        );
+        // A URL listed twice is one server; a cluster advertising nothing
+        // cannot be judged before the stream is created.
+        let mut twice = cluster(2);
+        twice.connect_urls.push(twice.connect_urls[0].clone());
+        assert!(check_placement("S", 3, &twice).is_err());
+        assert!(check_placement("S", 5, &cluster(0)).is_ok());
     }
 
     #[test]
