@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cdc_runtime::sinks::FileSink;
 use cdc_runtime::JobError;
-use integration_tests::{TestDatabase, TestPostgres};
+use integration_tests::{ClusterOptions, TestDatabase, TestPostgres};
 use pgcdc::config::Config;
 use pgcdc::RunOptions;
 use serde_json::Value;
@@ -317,6 +317,111 @@ async fn captured_ddl_is_reported_per_statement_and_fills_added_columns() {
     assert!(events
         .iter()
         .any(|e| e["op"] == "read" && e["after"]["id"] == 1 && e["after"]["s"] == 1));
+}
+
+/// The server streams a transaction once its commit record is in the WAL;
+/// the committing session makes it visible to other sessions a moment
+/// later. A synchronous standby that never answers holds a session in that
+/// moment: its `ADD COLUMN s serial` streams while new snapshots still see
+/// the table without `s` (and, the table being rewritten, without rows).
+/// The job reads the table again only once the transaction is visible, so
+/// every row gets its `s` on the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewritten_table_is_read_again_once_its_transaction_is_visible() {
+    init_logging();
+    // A server of its own, with a synchronous standby that does not exist:
+    // a session that sets synchronous_commit = on waits for it at commit
+    // (the others commit locally).
+    let cluster = TestPostgres::dedicated(
+        ClusterOptions::new()
+            .setting("synchronous_standby_names", "'nobody'")
+            .setting("synchronous_commit", "local"),
+    )
+    .await
+    .unwrap();
+    let source = cluster.create_database().await.unwrap();
+    let target = TestPostgres::new_database().await.unwrap();
+    let src = source.connect().await.unwrap();
+    let dst = target.connect().await.unwrap();
+    let ddl = "CREATE TABLE t (id int PRIMARY KEY, a text)";
+    src.batch_execute(ddl).await.unwrap();
+    dst.batch_execute(ddl).await.unwrap();
+    let job = Job::with_source(
+        &source,
+        &target,
+        "vis",
+        &["public.t"],
+        500,
+        "capture_ddl = true",
+        "",
+    );
+    let (s, task) = job.spawn();
+    await_streaming(&src, "vis").await;
+    src.batch_execute("INSERT INTO t SELECT i, 'r' || i FROM generate_series(1, 3) i")
+        .await
+        .unwrap();
+    job.await_event("the first rows", |e| e["after"]["id"] == 3)
+        .await;
+
+    // This session's commit waits for the standby.
+    let held = source.connect().await.unwrap();
+    let held_pid: i32 = held
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let alter = tokio::spawn(async move {
+        held.batch_execute("SET synchronous_commit = on; ALTER TABLE t ADD COLUMN s serial")
+            .await
+    });
+    // The job got the ALTER's commit, and waits for it: it asks for new
+    // snapshots until one sees the transaction.
+    integration_tests::eventually("the job waiting for the transaction", TIMEOUT, || async {
+        let waiting: i64 = src
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE query LIKE '%txid_current_snapshot%' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (waiting > 0).then_some(())
+    })
+    .await;
+    let columns: i64 = src
+        .query_one(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.t'::regclass AND attname = 's'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        columns, 0,
+        "the ALTER is visible already: the test shows nothing"
+    );
+    assert!(!alter.is_finished(), "the ALTER's commit did not wait");
+    // Cancelling the wait for the standby ends the commit (it is local already).
+    src.query_one("SELECT pg_cancel_backend($1)", &[&held_pid])
+        .await
+        .unwrap();
+    alter.await.unwrap().unwrap();
+    job.await_event("the added column", |e| change_kinds(e) == ["add_column"])
+        .await;
+    integration_tests::eventually(
+        "the target to equal the source (s read again)",
+        TIMEOUT,
+        || async {
+            let (src_cols, src_rows) = table_text(&src, "public.t").await;
+            let (dst_cols, dst_rows) = table_text(&dst, "public.t").await;
+            (src_cols == dst_cols && src_rows == dst_rows).then_some(())
+        },
+    )
+    .await;
+    stop(s, task).await;
+    let (_, dst_rows) = table_text(&dst, "public.t").await;
+    assert_eq!(dst_rows["3"]["s"], 3);
 }
 
 /// Without a superuser, `capture_ddl = true` stops start-up with an error

@@ -52,6 +52,7 @@ impl Source<'_> {
                         name: TableRef::new(&*table.schema, &*table.table),
                         column: column.name.to_string(),
                         lsn,
+                        xid: self.converter.open_transaction(),
                     });
                 }
             }

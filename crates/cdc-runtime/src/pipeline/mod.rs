@@ -120,6 +120,7 @@ mod sink_task;
 mod snapshot_bridge;
 mod spill;
 mod status;
+mod visibility;
 
 use std::future::Future;
 use std::sync::Arc;

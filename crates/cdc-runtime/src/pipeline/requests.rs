@@ -5,7 +5,7 @@
 //! snapshot may take new tables; a checkpoint taken after that records
 //! them, and before it the stream brings them again.
 
-use cdc_core::{Lsn, Oid};
+use cdc_core::{Lsn, Oid, Xid};
 
 use super::session::Source;
 use super::{PipelineError, Shared};
@@ -25,8 +25,14 @@ pub(super) enum Asked {
         filter: Option<String>,
         lsn: Lsn,
     },
-    /// A change to a table the snapshot does not know.
-    Appeared { oid: Oid, name: TableRef, lsn: Lsn },
+    /// A change to a table the snapshot does not know, in transaction
+    /// `xid`.
+    Appeared {
+        oid: Oid,
+        name: TableRef,
+        lsn: Lsn,
+        xid: Option<Xid>,
+    },
     /// A partition was attached to a published partitioned table.
     Attached(super::partitions::Attached),
     /// A table still to be read changed its schema, or a read failed
@@ -34,13 +40,24 @@ pub(super) enum Asked {
     Refresh,
     /// A column was added with a value per existing row (a volatile
     /// default or an identity column), which the WAL stream does not carry:
-    /// the table is read again.
+    /// the table is read again, once transaction `xid` is visible.
     Rewritten {
         oid: Oid,
         name: TableRef,
         column: String,
         lsn: Lsn,
+        xid: Option<Xid>,
     },
+}
+
+impl Asked {
+    /// The transaction whose changes the read must see.
+    fn xid(&self) -> Option<Xid> {
+        match self {
+            Asked::Appeared { xid, .. } | Asked::Rewritten { xid, .. } => *xid,
+            _ => None,
+        }
+    }
 }
 
 impl Source<'_> {
@@ -105,6 +122,7 @@ impl Source<'_> {
                 oid: t.oid,
                 name: TableRef::new(&*t.schema, &*t.table),
                 lsn,
+                xid: self.converter.open_transaction(),
             });
         }
     }
@@ -128,6 +146,12 @@ impl Source<'_> {
         // What was noted stays noted until it is served: after an error the
         // stream goes on past the signal, which would not come again.
         let client = crate::snapshot::connect(s.client_settings()).await?;
+        // The catalog and the reads must see the transactions that asked.
+        let mut xids: Vec<Xid> = self.asked.iter().filter_map(Asked::xid).collect();
+        xids.dedup();
+        for xid in xids {
+            super::visibility::wait_visible(&client, xid).await?;
+        }
         let published = published_tables(&client, &self.options.publications).await?;
         let mut added = false;
         while !self.asked.is_empty() {
@@ -178,7 +202,7 @@ impl Source<'_> {
                     s.add(t.for_request(TableRequest { id, filter, lsn }));
                     added = true;
                 }
-                Asked::Appeared { oid, name, lsn } => {
+                Asked::Appeared { oid, name, lsn, .. } => {
                     if s.knows(oid) {
                         continue;
                     }
@@ -213,6 +237,7 @@ impl Source<'_> {
                     name,
                     column,
                     lsn,
+                    ..
                 } => {
                     let id = format!("ddl-{lsn}-{oid}");
                     if s.has_request(&id) {
