@@ -318,6 +318,9 @@ struct Sample {
     wall: f64,
     cpu: f64,
     peak_kb: f64,
+    /// The median of the contender's resident memory sampled every 5 ms while it
+    /// runs (see [`rss_kb`]): its steady level, where `peak_kb` is the high-water mark.
+    steady_kb: f64,
     /// The NATS contender's server: CPU seconds and peak RSS over its life.
     server: Option<(f64, f64)>,
 }
@@ -349,9 +352,13 @@ fn measure(cmd: Command, label: &str) -> (Sample, String) {
     timed.stdout(std::process::Stdio::piped());
     let start = Instant::now();
     let mut child = timed.spawn().expect("spawn /usr/bin/time");
+    let mut rss = Vec::new();
     loop {
         if child.try_wait().unwrap().is_some() {
             break;
+        }
+        if let Some(kb) = rss_kb(child.id()) {
+            rss.push(kb);
         }
         if start.elapsed() > RUN_TIMEOUT {
             let _ = child.kill();
@@ -376,6 +383,8 @@ fn measure(cmd: Command, label: &str) -> (Sample, String) {
         wall,
         cpu: f[1] + f[2],
         peak_kb: f[3],
+        // A run too short to sample has only its peak.
+        steady_kb: if rss.is_empty() { f[3] } else { median(rss) },
         server: None,
     };
     (sample, String::from_utf8_lossy(&out.stdout).into_owned())
@@ -550,6 +559,24 @@ fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// The resident memory (`VmRSS`, kB) of the contender that `/usr/bin/time` (`time_pid`)
+/// runs, once it has replaced its forked self with the contender's program (before
+/// that, and after it ended, `None`).
+fn rss_kb(time_pid: u32) -> Option<f64> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{time_pid}/task/{time_pid}/children")).ok()?;
+    let pid: u32 = children.split_whitespace().next()?.parse().ok()?;
+    let time_exe = std::fs::read_link(format!("/proc/{time_pid}/exe")).ok()?;
+    if std::fs::read_link(format!("/proc/{pid}/exe")).ok()? == time_exe {
+        return None;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
 /// A `/proc/<pid>/status` value in kB (`VmHWM`, `VmRSS`).
 fn status_kb(pid: u32, key: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -597,6 +624,7 @@ struct Row {
     wall: f64,
     cpu: f64,
     peak_mb: f64,
+    steady_mb: f64,
     /// The NATS contender's server: CPU seconds and peak MB.
     server: Option<(f64, f64)>,
 }
@@ -659,10 +687,11 @@ async fn compare(
                 assert_eq!(events, rows, "{label}: every row is one event");
             }
             eprintln!(
-                "  {:.2} s, {:.2} s CPU, {:.0} MB",
+                "  {:.2} s, {:.2} s CPU, {:.0} MB peak, {:.1} MB steady",
                 sample.wall,
                 sample.cpu,
-                sample.peak_kb / 1024.0
+                sample.peak_kb / 1024.0,
+                sample.steady_kb / 1024.0
             );
             if let Some((server, stream)) = nats {
                 // Read before the checks below add their own work.
@@ -692,6 +721,7 @@ async fn compare(
             wall: median(s.iter().map(|x| x.wall).collect()),
             cpu: median(s.iter().map(|x| x.cpu).collect()),
             peak_mb: median(s.iter().map(|x| x.peak_kb / 1024.0).collect()),
+            steady_mb: median(s.iter().map(|x| x.steady_kb / 1024.0).collect()),
             server: s.iter().all(|x| x.server.is_some()).then(|| {
                 let server = || s.iter().filter_map(|x| x.server);
                 (
@@ -1052,8 +1082,8 @@ async fn run() {
 
     let load = uptime();
     println!();
-    println!("| workload | row | contender | events/s | vs pg_recvlogical | vs file sink | client CPU s | vs pg_recvlogical | peak MB | nats-server CPU s | nats-server peak MB |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| workload | row | contender | events/s | vs pg_recvlogical | vs file sink | client CPU s | vs pg_recvlogical | peak MB | steady MB | nats-server CPU s | nats-server peak MB |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for w in ran {
         let ours: Vec<&Row> = table.iter().filter(|r| r.workload == w.name).collect();
         let base = ours.iter().find(|r| r.contender == Contender::Recvlogical);
@@ -1079,7 +1109,7 @@ async fn run() {
                 _ => None,
             };
             println!(
-                "| {} | {} | {} | {:.0} | {} | {} | {:.2} | {} | {:.0} | {} | {} |",
+                "| {} | {} | {} | {:.0} | {} | {} | {:.2} | {} | {:.0} | {:.1} | {} | {} |",
                 r.workload,
                 w.shape.describe(),
                 r.contender.label(),
@@ -1089,6 +1119,7 @@ async fn run() {
                 r.cpu,
                 ratio(base.map(|b| r.cpu / b.cpu)),
                 r.peak_mb,
+                r.steady_mb,
                 either(r.server.map(|(cpu, _)| cpu), 2),
                 either(r.server.map(|(_, mb)| mb), 0),
             );
@@ -1100,6 +1131,8 @@ async fn run() {
 }
 
 fn main() {
+    // As `pgcdc` does (the children are this binary again).
+    pgcdc::allocator::tune();
     let child = std::env::var(CHILD_ENV).ok();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if child.is_some() {

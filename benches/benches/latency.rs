@@ -604,6 +604,8 @@ async fn run() {
 }
 
 fn main() {
+    // As `pgcdc` does (the children are this binary again).
+    pgcdc::allocator::tune();
     match std::env::var(CHILD_ENV) {
         Ok(config) => child(&config),
         Err(_) => tokio::runtime::Builder::new_multi_thread()

@@ -279,6 +279,8 @@ async fn run_shape(cluster: &LocalCluster, shape: &Shape) {
 }
 
 fn main() {
+    // As `pgcdc` does (the children are this binary again).
+    pgcdc::allocator::tune();
     if let Ok(filter) = std::env::var("PGCDC_BENCH_LOG") {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))

@@ -527,6 +527,7 @@ fn fail(failure: &Failure) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    pgcdc::allocator::tune();
     let cli = Cli::parse();
     init_logging(cli.log_format);
     // The configuration is read before the runtime starts: it says how many

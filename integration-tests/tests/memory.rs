@@ -1,0 +1,207 @@
+//! Steady memory of `pgcdc run` (the real binary, in its own process) on a
+//! stream of small transactions of typical rows, written as Debezium JSON to
+//! the file sink with checkpoints every 200 ms: its resident memory is
+//! sampled from `/proc` every 10 ms while the rows stream, and the median
+//! (the level it holds, not a start-up spike) of what it allocates
+//! (`RssAnon`: heap and stacks) is bounded.
+//!
+//! The bound depends on the build, because the binary under test is the one
+//! built with the tests: 14 MB for a release build (measured 9.1–11.7 MB),
+//! 24 MB for the test profile, whose own crates are unoptimized (measured
+//! 10.4–19.0 MB: the unoptimized binary falls further behind the writer and
+//! holds more queued events). Its code pages (`RssFile`: 13.1–13.6 MB in a
+//! release build, 11.0–11.2 MB with the `dist` profile) are reported, not
+//! bounded: they measure the build. The whole release process so holds
+//! 22–25 MB on this stream, over the 16 MB goal; the pipeline alone (the
+//! `e2e_stream` bench's child, without checkpoints, monitoring or logging)
+//! holds 14–15 MB.
+#![cfg(target_os = "linux")]
+// Test code: a failed step must fail the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use cdc_core::Lsn;
+use integration_tests::{eventually, Pgcdc, TestPostgres};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Transactions of [`ROWS_PER_TXN`] rows: the `e2e_stream` bench's W2.
+const TXNS: u32 = 20_000;
+const ROWS_PER_TXN: u32 = 10;
+
+/// The bound on the median anonymous resident memory, in kB (see the
+/// module docs).
+const STEADY_ANON_KB: u64 = if cfg!(debug_assertions) {
+    24 * 1000
+} else {
+    14 * 1000
+};
+
+/// One `/proc/<pid>/status` reading, in kB.
+#[derive(Debug, Clone, Copy)]
+struct Rss {
+    anon: u64,
+    file: u64,
+}
+
+fn rss(pid: u32) -> Option<Rss> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb = |key: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some(Rss {
+        anon: kb("RssAnon:")?,
+        file: kb("RssFile:")?,
+    })
+}
+
+/// The file sink's output files (`events.jsonl.NNNNNN`).
+fn output(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| Some(e.ok()?.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("events.jsonl"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+async fn lsn(client: &tokio_postgres::Client, sql: &str) -> Lsn {
+    let text: String = client.query_one(sql, &[]).await.unwrap().get(0);
+    text.parse().unwrap()
+}
+
+/// 20,000 transactions of 10 rows (bigint, int, 100 characters of text,
+/// timestamptz, numeric) written while `pgcdc run` streams them: the median
+/// of its anonymous resident memory over the stream stays within the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_transactions_stream_within_the_steady_budget() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE wide (id bigint PRIMARY KEY, k int NOT NULL, v text NOT NULL,
+                                ts timestamptz NOT NULL, n numeric NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let dir = integration_tests::TempDir::new("steady-memory");
+    let events = dir.path().join("events.jsonl");
+    let slot = "steady_memory";
+    let config = dir.path().join("pgcdc.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{source}\n[snapshot]\nmode = \"latest\"\n\n[[sinks]]\ntype = \"file\"\npath = {events:?}\n\n\
+             [checkpoint]\njob = \"steady_memory\"\ninterval_ms = 200\n",
+            source = db.source_toml(&["public.wide"], slot, "steady_memory_pub"),
+        ),
+    )
+    .unwrap();
+    let mut pgcdc = Pgcdc::run(&config).unwrap();
+    let pid = pgcdc.id().unwrap();
+    eventually("pgcdc streaming from its slot", TIMEOUT, || async {
+        let active: Option<bool> = client
+            .query_opt(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap()
+            .map(|r| r.get(0));
+        (active == Some(true)).then_some(())
+    })
+    .await;
+
+    // One round trip: a transaction per 10 rows, committed inside the block.
+    let writer = db.connect().await.unwrap();
+    let write = tokio::spawn(async move {
+        writer
+            .batch_execute(&format!(
+                "DO $$ BEGIN FOR t IN 0..{last} LOOP
+                   INSERT INTO wide SELECT g, g % 1000,
+                     rpad('row ' || g || ' ', 100, 'abcdefghijklmnopqrstuvwxyz'),
+                     timestamptz '2026-01-01 00:00:00+00' + g * interval '1.25 second',
+                     round(g * 3.14159, 4)
+                   FROM generate_series(t * {ROWS_PER_TXN} + 1, (t + 1) * {ROWS_PER_TXN}) g;
+                   COMMIT;
+                 END LOOP; END $$",
+                last = TXNS - 1
+            ))
+            .await
+            .unwrap();
+    });
+    // Sampled from the first line written until the slot is confirmed past
+    // the last transaction.
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    let mut end = None;
+    loop {
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "the stream did not end; stderr:\n{}",
+            pgcdc.stderr()
+        );
+        if output(dir.path())
+            .iter()
+            .any(|f| f.metadata().is_ok_and(|m| m.len() > 0))
+        {
+            if let Some(r) = rss(pid) {
+                samples.push(r);
+            }
+        }
+        if end.is_none() && write.is_finished() {
+            end = Some(lsn(&client, "SELECT pg_current_wal_insert_lsn()::text").await);
+        }
+        if let Some(end) = end {
+            let confirmed = lsn(
+                &client,
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'steady_memory'",
+            )
+            .await;
+            if confirmed >= end {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    write.await.unwrap();
+    let streamed = started.elapsed();
+    pgcdc.terminate(TIMEOUT).await.unwrap();
+    let lines: usize = output(dir.path())
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
+        .sum();
+    assert_eq!(lines, (TXNS * ROWS_PER_TXN) as usize, "one line per row");
+
+    assert!(samples.len() >= 20, "{} samples", samples.len());
+    let anon = median(samples.iter().map(|r| r.anon).collect());
+    let file = median(samples.iter().map(|r| r.file).collect());
+    let peak_anon = samples.iter().map(|r| r.anon).max().unwrap_or_default();
+    println!(
+        "{} rows in {streamed:?}: steady anonymous RSS {anon} kB (peak sampled {peak_anon} kB), \
+         code pages of this build {file} kB, {} samples",
+        TXNS * ROWS_PER_TXN,
+        samples.len()
+    );
+    assert!(
+        anon <= STEADY_ANON_KB,
+        "steady anonymous RSS {anon} kB over {STEADY_ANON_KB} kB"
+    );
+}
