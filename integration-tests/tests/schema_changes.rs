@@ -22,6 +22,15 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 type JobTask = tokio::task::JoinHandle<Result<cdc_runtime::pipeline::Progress, JobError>>;
 
+/// Connects to both databases and runs `ddl` in each.
+async fn same_tables(source: &TestDatabase, target: &TestDatabase, ddl: &str) -> (Client, Client) {
+    let src = source.connect().await.unwrap();
+    let dst = target.connect().await.unwrap();
+    src.batch_execute(ddl).await.unwrap();
+    dst.batch_execute(ddl).await.unwrap();
+    (src, dst)
+}
+
 fn init_logging() {
     if let Ok(filter) = std::env::var("PGCDC_TEST_LOG") {
         let _ = tracing_subscriber::fmt()
@@ -209,12 +218,13 @@ async fn captured_ddl_is_reported_per_statement_and_fills_added_columns() {
     init_logging();
     let source = TestPostgres::new_database().await.unwrap();
     let target = TestPostgres::new_database().await.unwrap();
-    let src = source.connect().await.unwrap();
-    let dst = target.connect().await.unwrap();
-    let ddl = "CREATE TABLE t (id int PRIMARY KEY, a text, b int); \
-               CREATE TABLE u (id int PRIMARY KEY, x int)";
-    src.batch_execute(ddl).await.unwrap();
-    dst.batch_execute(ddl).await.unwrap();
+    let (src, dst) = same_tables(
+        &source,
+        &target,
+        "CREATE TABLE t (id int PRIMARY KEY, a text, b int); \
+               CREATE TABLE u (id int PRIMARY KEY, x int)",
+    )
+    .await;
     let job = Job::with_source(
         &source,
         &target,
@@ -341,11 +351,12 @@ async fn a_rewritten_table_is_read_again_once_its_transaction_is_visible() {
     .unwrap();
     let source = cluster.create_database().await.unwrap();
     let target = TestPostgres::new_database().await.unwrap();
-    let src = source.connect().await.unwrap();
-    let dst = target.connect().await.unwrap();
-    let ddl = "CREATE TABLE t (id int PRIMARY KEY, a text)";
-    src.batch_execute(ddl).await.unwrap();
-    dst.batch_execute(ddl).await.unwrap();
+    let (src, dst) = same_tables(
+        &source,
+        &target,
+        "CREATE TABLE t (id int PRIMARY KEY, a text)",
+    )
+    .await;
     let job = Job::with_source(
         &source,
         &target,
@@ -555,11 +566,12 @@ async fn schema_changes_are_decoded_emitted_and_followed_across_restarts() {
     init_logging();
     let source = TestPostgres::new_database().await.unwrap();
     let target = TestPostgres::new_database().await.unwrap();
-    let src = source.connect().await.unwrap();
-    let dst = target.connect().await.unwrap();
-    let ddl = "CREATE TABLE t (id int PRIMARY KEY, a text, b int)";
-    src.batch_execute(ddl).await.unwrap();
-    dst.batch_execute(ddl).await.unwrap();
+    let (src, dst) = same_tables(
+        &source,
+        &target,
+        "CREATE TABLE t (id int PRIMARY KEY, a text, b int)",
+    )
+    .await;
     let job = Job::new(&source, &target, "ddl", &["public.t"], 600_000, "");
 
     // Run 1: DDL between DML inside one transaction.
