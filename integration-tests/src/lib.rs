@@ -18,6 +18,7 @@
 
 mod cli;
 mod fault_proxy;
+pub mod held_commit;
 pub mod nats;
 mod support;
 

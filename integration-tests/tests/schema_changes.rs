@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use cdc_runtime::sinks::FileSink;
 use cdc_runtime::JobError;
-use integration_tests::{ClusterOptions, TestDatabase, TestPostgres};
+use integration_tests::held_commit::{self, HeldCommit};
+use integration_tests::{TestDatabase, TestPostgres};
 use pgcdc::config::Config;
 use pgcdc::RunOptions;
 use serde_json::Value;
@@ -339,16 +340,7 @@ async fn captured_ddl_is_reported_per_statement_and_fills_added_columns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewritten_table_is_read_again_once_its_transaction_is_visible() {
     init_logging();
-    // A server of its own, with a synchronous standby that does not exist:
-    // a session that sets synchronous_commit = on waits for it at commit
-    // (the others commit locally).
-    let cluster = TestPostgres::dedicated(
-        ClusterOptions::new()
-            .setting("synchronous_standby_names", "'nobody'")
-            .setting("synchronous_commit", "local"),
-    )
-    .await
-    .unwrap();
+    let cluster = held_commit::cluster_with_held_commits().await.unwrap();
     let source = cluster.create_database().await.unwrap();
     let target = TestPostgres::new_database().await.unwrap();
     let (src, dst) = same_tables(
@@ -374,32 +366,12 @@ async fn a_rewritten_table_is_read_again_once_its_transaction_is_visible() {
     job.await_event("the first rows", |e| e["after"]["id"] == 3)
         .await;
 
-    // This session's commit waits for the standby.
-    let held = source.connect().await.unwrap();
-    let held_pid: i32 = held
-        .query_one("SELECT pg_backend_pid()", &[])
+    let alter = HeldCommit::start(&source, "ALTER TABLE t ADD COLUMN s serial")
         .await
-        .unwrap()
-        .get(0);
-    let alter = tokio::spawn(async move {
-        held.batch_execute("SET synchronous_commit = on; ALTER TABLE t ADD COLUMN s serial")
-            .await
-    });
+        .unwrap();
     // The job got the ALTER's commit, and waits for it: it asks for new
     // snapshots until one sees the transaction.
-    integration_tests::eventually("the job waiting for the transaction", TIMEOUT, || async {
-        let waiting: i64 = src
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE query LIKE '%txid_current_snapshot%' AND pid <> pg_backend_pid()",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        (waiting > 0).then_some(())
-    })
-    .await;
+    held_commit::await_visibility_wait(&src, TIMEOUT).await;
     let columns: i64 = src
         .query_one(
             "SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.t'::regclass AND attname = 's'",
@@ -413,11 +385,7 @@ async fn a_rewritten_table_is_read_again_once_its_transaction_is_visible() {
         "the ALTER is visible already: the test shows nothing"
     );
     assert!(!alter.is_finished(), "the ALTER's commit did not wait");
-    // Cancelling the wait for the standby ends the commit (it is local already).
-    src.query_one("SELECT pg_cancel_backend($1)", &[&held_pid])
-        .await
-        .unwrap();
-    alter.await.unwrap().unwrap();
+    alter.release(&src).await.unwrap();
     job.await_event("the added column", |e| change_kinds(e) == ["add_column"])
         .await;
     integration_tests::eventually(

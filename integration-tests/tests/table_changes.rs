@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use checkpoint_api::SnapshotProgress;
 use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
+use integration_tests::held_commit::{self, HeldCommit};
 use integration_tests::{
-    kill_and_wait, snapshot_progress, ClusterOptions, Pgcdc, TempDir, TestDatabase, TestPostgres,
+    kill_and_wait, snapshot_progress, Pgcdc, TempDir, TestDatabase, TestPostgres,
 };
 use serde_json::Value;
 use tokio_postgres::Client;
@@ -499,13 +500,7 @@ async fn table_that_appears_in_a_published_schema_is_snapshotted() {
 /// `schema_changes`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_that_appears_is_read_once_its_transaction_is_visible() {
-    let cluster = TestPostgres::dedicated(
-        ClusterOptions::new()
-            .setting("synchronous_standby_names", "'nobody'")
-            .setting("synchronous_commit", "local"),
-    )
-    .await
-    .unwrap();
+    let cluster = held_commit::cluster_with_held_commits().await.unwrap();
     let db = cluster.create_database().await.unwrap();
     let client = db.connect().await.unwrap();
     client
@@ -527,34 +522,13 @@ async fn a_table_that_appears_is_read_once_its_transaction_is_visible() {
     let mut job = Pgcdc::run(&config_path).unwrap();
     eventually("app.one read", || recorded(&store, "apph", "app.one")).await;
 
-    // This session's commit waits for the standby.
-    let held = db.connect().await.unwrap();
-    let held_pid: i32 = held
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let moved = tokio::spawn(async move {
-        held.batch_execute(
-            "SET synchronous_commit = on;
-             ALTER TABLE staging.moved SET SCHEMA app;
-             INSERT INTO app.moved VALUES (51, 0);",
-        )
-        .await
-    });
-    eventually("the job waiting for the transaction", || async {
-        let waiting: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE query LIKE '%txid_current_snapshot%' AND pid <> pg_backend_pid()",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        (waiting > 0).then_some(())
-    })
-    .await;
+    let moved = HeldCommit::start(
+        &db,
+        "ALTER TABLE staging.moved SET SCHEMA app; INSERT INTO app.moved VALUES (51, 0);",
+    )
+    .await
+    .unwrap();
+    held_commit::await_visibility_wait(&client, TIMEOUT).await;
     let visible: i64 = client
         .query_one(
             "SELECT count(*) FROM pg_tables WHERE schemaname = 'app' AND tablename = 'moved'",
@@ -568,22 +542,7 @@ async fn a_table_that_appears_is_read_once_its_transaction_is_visible() {
         "the move is visible already: the test shows nothing"
     );
     assert!(!moved.is_finished(), "the move's commit did not wait");
-    // Cancelling the wait for the standby ends the commit (it is local already).
-    client
-        .query_one("SELECT pg_cancel_backend($1)", &[&held_pid])
-        .await
-        .unwrap();
-    moved.await.unwrap().unwrap();
-    // No more waiting for the standby: the job's snapshot sessions commit
-    // their watermarks with synchronous_commit = on.
-    client
-        .batch_execute("ALTER SYSTEM SET synchronous_standby_names = ''")
-        .await
-        .unwrap();
-    client
-        .batch_execute("SELECT pg_reload_conf()")
-        .await
-        .unwrap();
+    moved.release(&client).await.unwrap();
     for id in 1..=51 {
         arrived(&out, "moved", id).await;
     }
