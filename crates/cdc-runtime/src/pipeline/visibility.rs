@@ -6,10 +6,13 @@
 //! moment later. A catalog query or a table read started in that moment
 //! takes a snapshot that does not see the transaction: after `ALTER TABLE
 //! ... ADD COLUMN s serial` it would plan the read without `s` and, since
-//! the statement rewrote the table, find none of its rows; after a table
-//! was added to the publication it would not find the table. So the reads
-//! a transaction asks for wait, between transactions, until a new snapshot
-//! sees it.
+//! the statement rewrote the table, find none of its rows (a test shows
+//! it). A table that appeared in the publication could likewise be looked
+//! up before it is there; moved in by `ALTER TABLE ... SET SCHEMA`, the
+//! lookup waits for the table's lock and sees it anyway (a test shows that
+//! too). So the reads a transaction asks for wait, between transactions,
+//! until a new snapshot sees it. The stream is not read meanwhile; the wait
+//! is capped at [`WAIT_LIMIT`], well inside `wal_sender_timeout`.
 
 use std::time::Duration;
 
