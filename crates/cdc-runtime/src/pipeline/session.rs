@@ -336,6 +336,8 @@ impl Source<'_> {
                     {
                         pause.as_mut().reset(tokio::time::Instant::now() + opts.read_pause);
                         paused = true;
+                        // Not woken by each segment that arrives meanwhile.
+                        stream.wake_only_after(READ_PAUSE_BELOW);
                     }
                     heard(silence.as_mut());
                 }

@@ -121,6 +121,16 @@ impl ReplicationStream {
         self.conn.transport.queued()
     }
 
+    /// Until the next read from the socket, has the kernel wake the reader
+    /// only once `bytes` are queued (or the connection ends, or the receive
+    /// buffer fills), not on every segment the server sends: for a pause
+    /// between reads, so the pause is not cut short by wake-ups that find
+    /// nothing to do. The next read undoes it first, so it never delays
+    /// data. Returns whether the platform supports it (Linux).
+    pub fn wake_only_after(&mut self, bytes: usize) -> bool {
+        self.conn.transport.wake_only_after(bytes)
+    }
+
     /// The next CopyData payload if one is already complete in the read
     /// buffer, without reading the socket or arming the receive timeout:
     /// `None` when nothing complete is buffered or the stream ended (then
