@@ -96,9 +96,12 @@ pub struct PipelineOptions {
     /// sends faster than one small read at a time, every read otherwise
     /// costs a system call, a readiness wait and a task wake-up for a few
     /// messages. No pause when the socket already holds that many bytes
-    /// (the read was small for want of buffer room, not of data). It adds
-    /// at most this much latency, and only while data keeps arriving in
-    /// small pieces. Zero: read again at once.
+    /// (the read was small for want of buffer room, not of data). During
+    /// the pause the socket's receive low-water mark is raised to that
+    /// many bytes (Linux), so segments arriving meanwhile do not wake the
+    /// runtime for nothing; the next read lowers it first. It adds at most
+    /// this much latency, and only while data keeps arriving in small
+    /// pieces. Zero: read again at once.
     pub read_pause: Duration,
     /// Metrics and health to keep up to date (see [`crate::monitor`]).
     pub monitor: Option<crate::monitor::Monitor>,

@@ -267,6 +267,7 @@ impl Source<'_> {
                 .coordinator
                 .as_ref()
                 .is_some_and(Coordinator::is_waiting);
+            let was_paused = paused;
             tokio::select! {
                 biased;
                 _ = shutdown.as_mut() => {
@@ -304,7 +305,20 @@ impl Source<'_> {
                 }
                 _ = ticker.tick() => shared.send_status(&mut stream).await?,
                 _ = &mut pause, if paused => paused = false,
-                msg = stream.next_message(), if !paused => {
+                // While paused, wait for the mark (see below) instead: a full
+                // read's worth queued ends the pause early.
+                read = async {
+                    if was_paused {
+                        stream.queued_enough().await;
+                        None
+                    } else {
+                        Some(stream.next_message().await)
+                    }
+                } => {
+                    let Some(msg) = read else {
+                        paused = false;
+                        continue;
+                    };
                     let Some(payload) = msg? else {
                         // The server ended the stream: finish reports why.
                         stream.finish().await?;

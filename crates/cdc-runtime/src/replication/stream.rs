@@ -131,6 +131,14 @@ impl ReplicationStream {
         self.conn.transport.wake_only_after(bytes)
     }
 
+    /// Completes once the socket signals readable, reading nothing: after
+    /// [`wake_only_after`](Self::wake_only_after), once that many bytes are
+    /// queued (or the connection ended). For ending a pause early.
+    /// Cancel-safe.
+    pub async fn queued_enough(&self) {
+        self.conn.transport.readable().await
+    }
+
     /// The next CopyData payload if one is already complete in the read
     /// buffer, without reading the socket or arming the receive timeout:
     /// `None` when nothing complete is buffered or the stream ended (then

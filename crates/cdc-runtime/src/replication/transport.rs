@@ -196,10 +196,28 @@ impl Transport {
     /// queued).
     pub(crate) fn wake_only_after(&mut self, bytes: usize) -> bool {
         let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+        if !cfg!(target_os = "linux") {
+            return false;
+        }
+        // Forget the readiness the runtime remembers from earlier reads, so
+        // that [`readable`](Self::readable) waits for the kernel's next
+        // signal; raising the mark afterwards signals at once if that many
+        // bytes are queued already.
+        let _ = self.tcp().try_io(tokio::io::Interest::READABLE, || {
+            Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+        });
         if low_water::set(self.tcp(), bytes).is_ok() {
             self.wake_raised = true;
         }
         self.wake_raised
+    }
+
+    /// Completes when the kernel signals the socket readable (after
+    /// [`wake_only_after`](Self::wake_only_after): once that many bytes are
+    /// queued, or the connection ended). Reads nothing.
+    pub(crate) async fn readable(&self) {
+        // An error shows in the next read.
+        let _ = self.tcp().readable().await;
     }
 
     /// The next complete backend message if one is buffered; never reads.
@@ -340,22 +358,30 @@ mod tests {
     async fn a_raised_low_water_mark_holds_back_wakeups_but_never_a_read() {
         use std::time::Duration;
         let (mut t, mut server) = loopback().await;
-        // Readiness starts unknown: drain it so that only a new edge wakes.
-        let mut scratch = [0u8; 16];
-        assert!(t.tcp().try_read(&mut scratch).is_err());
 
+        // A read that fills the buffer leaves the runtime's readiness set;
+        // raising the mark forgets it, so 100 more bytes (below the mark)
+        // wake nothing.
+        t.read.extend_from_slice(&[0u8; 40_000]);
+        let room = t.read.capacity() - t.read.len();
+        server.write_all(&vec![6u8; room + 1000]).await.unwrap();
+        until_queued(&t, room + 1000).await;
+        t.fill().await.unwrap();
+        assert_eq!(t.read.len(), 40_000 + room, "one full read");
+        t.read.clear();
         assert!(t.wake_only_after(64 * 1024));
         server.write_all(&[7u8; 100]).await.unwrap();
-        until_queued(&t, 100).await;
-        // 100 bytes are below the mark: no wake-up.
-        let woken = tokio::time::timeout(Duration::from_millis(200), t.tcp().readable()).await;
+        until_queued(&t, 1100).await;
+        let woken = tokio::time::timeout(Duration::from_millis(200), t.readable()).await;
         assert!(woken.is_err(), "woken below the mark");
         // The read lowers the mark and gets them at once.
         tokio::time::timeout(Duration::from_secs(10), t.fill())
             .await
             .expect("the read waited although bytes were queued")
             .unwrap();
-        assert_eq!(t.read.len(), 100);
+        assert_eq!(t.read.len(), 1100);
+        t.read.clear();
+        t.read.extend_from_slice(&[0u8; 100]);
 
         // Raised with nothing queued, a read still wakes for the next bytes.
         assert!(t.wake_only_after(64 * 1024));
@@ -370,14 +396,17 @@ mod tests {
         read.expect("the read waited for the mark").unwrap();
         assert_eq!(t.read.len(), 110);
 
-        // Reaching the mark wakes.
-        assert!(t.tcp().try_read(&mut scratch).is_err());
+        // Reaching the mark wakes (what ends a pause early).
         assert!(t.wake_only_after(64 * 1024));
         server.write_all(&vec![9u8; 70 * 1024]).await.unwrap();
-        tokio::time::timeout(Duration::from_secs(10), t.tcp().readable())
+        tokio::time::timeout(Duration::from_secs(10), t.readable())
             .await
-            .expect("not woken at the mark")
-            .unwrap();
+            .expect("not woken at the mark");
+        // So does a mark raised while that much is queued already.
+        assert!(t.wake_only_after(64 * 1024));
+        tokio::time::timeout(Duration::from_secs(10), t.readable())
+            .await
+            .expect("not woken with the mark reached");
     }
 
     #[test]
