@@ -199,17 +199,20 @@ impl Transport {
         if !cfg!(target_os = "linux") {
             return false;
         }
-        // Forget the readiness the runtime remembers from earlier reads, so
-        // that [`readable`](Self::readable) waits for the kernel's next
-        // signal; raising the mark afterwards signals at once if that many
-        // bytes are queued already.
+        if low_water::set(self.tcp(), bytes).is_err() {
+            return self.wake_raised;
+        }
+        self.wake_raised = true;
+        // Then forget the readiness the runtime remembers from earlier
+        // reads, so that [`readable`](Self::readable) waits for the kernel's
+        // next signal. Only with the mark raised: lowering it before the
+        // next read signals what is queued, so no read waits on a readiness
+        // forgotten here. (A signal between the two is forgotten too; the
+        // pause then ends on its timer.)
         let _ = self.tcp().try_io(tokio::io::Interest::READABLE, || {
             Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
         });
-        if low_water::set(self.tcp(), bytes).is_ok() {
-            self.wake_raised = true;
-        }
-        self.wake_raised
+        true
     }
 
     /// Completes when the kernel signals the socket readable (after
@@ -402,11 +405,14 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), t.readable())
             .await
             .expect("not woken at the mark");
-        // So does a mark raised while that much is queued already.
+        // A mark raised while that much is queued already holds back
+        // nothing from the read.
         assert!(t.wake_only_after(64 * 1024));
-        tokio::time::timeout(Duration::from_secs(10), t.readable())
+        tokio::time::timeout(Duration::from_secs(10), t.fill())
             .await
-            .expect("not woken with the mark reached");
+            .expect("the read waited although the mark was reached")
+            .unwrap();
+        assert_eq!(t.read.len(), 110 + 70 * 1024);
     }
 
     #[test]
