@@ -444,29 +444,48 @@ async fn removed_table_leaves_the_publication_and_is_read_again_when_it_returns(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn table_that_appears_in_a_published_schema_is_snapshotted() {
-    let db = TestPostgres::new_database().await.unwrap();
-    let client = db.connect().await.unwrap();
+/// Tables `app.one` (with one row when `one_row`) and `staging.moved` (50
+/// rows), and a running job that publishes schema `app` into a file sink
+/// (`events.json` in the returned directory), once it has read `app.one`.
+async fn schema_job(
+    db: &TestDatabase,
+    client: &Client,
+    one_row: bool,
+    slot: &str,
+) -> (TempDir, PgCheckpointStore, Pgcdc) {
     client
         .batch_execute(
             "CREATE SCHEMA app; CREATE SCHEMA staging;
              CREATE TABLE app.one (id bigint PRIMARY KEY, v int);
-             INSERT INTO app.one VALUES (1, 0);
              CREATE TABLE staging.moved (id bigint PRIMARY KEY, v int);
              INSERT INTO staging.moved SELECT g, 0 FROM generate_series(1, 50) g;",
         )
         .await
         .unwrap();
-    let dir = TempDir::new("tables-appears");
+    if one_row {
+        client
+            .batch_execute("INSERT INTO app.one VALUES (1, 0)")
+            .await
+            .unwrap();
+    }
+    let dir = TempDir::new(&format!("tables-appears-{slot}"));
     let out = dir.path().join("events.json");
     let config_path = dir.path().join("pgcdc.toml");
-    let config = file_config(&db, &["app.one"], "appt", &out)
+    let config = file_config(db, &["app.one"], slot, &out)
         .replace("tables = [\"app.one\"]", "schemas = [\"app\"]");
     std::fs::write(&config_path, config).unwrap();
-    let store = store(&db).await;
-    let mut job = Pgcdc::run(&config_path).unwrap();
-    eventually("app.one read", || recorded(&store, "appt", "app.one")).await;
+    let store = store(db).await;
+    let job = Pgcdc::run(&config_path).unwrap();
+    eventually("app.one read", || recorded(&store, slot, "app.one")).await;
+    (dir, store, job)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_that_appears_in_a_published_schema_is_snapshotted() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    let (dir, store, mut job) = schema_job(&db, &client, true, "appt").await;
+    let out = dir.path().join("events.json");
 
     // Rows that exist before the table joins the published schema are not
     // in the WAL as changes of it: only a snapshot brings them.
@@ -503,24 +522,8 @@ async fn a_table_that_appears_is_read_once_its_transaction_is_visible() {
     let cluster = held_commit::cluster_with_held_commits().await.unwrap();
     let db = cluster.create_database().await.unwrap();
     let client = db.connect().await.unwrap();
-    client
-        .batch_execute(
-            "CREATE SCHEMA app; CREATE SCHEMA staging;
-             CREATE TABLE app.one (id bigint PRIMARY KEY, v int);
-             CREATE TABLE staging.moved (id bigint PRIMARY KEY, v int);
-             INSERT INTO staging.moved SELECT g, 0 FROM generate_series(1, 50) g;",
-        )
-        .await
-        .unwrap();
-    let dir = TempDir::new("tables-appears-held");
+    let (dir, _store, mut job) = schema_job(&db, &client, false, "apph").await;
     let out = dir.path().join("events.json");
-    let config_path = dir.path().join("pgcdc.toml");
-    let config = file_config(&db, &["app.one"], "apph", &out)
-        .replace("tables = [\"app.one\"]", "schemas = [\"app\"]");
-    std::fs::write(&config_path, config).unwrap();
-    let store = store(&db).await;
-    let mut job = Pgcdc::run(&config_path).unwrap();
-    eventually("app.one read", || recorded(&store, "apph", "app.one")).await;
 
     let moved = HeldCommit::start(
         &db,
