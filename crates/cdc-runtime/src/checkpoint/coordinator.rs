@@ -505,15 +505,18 @@ impl Coordinator {
             // checkpoint to the sink before closing it.
             return Ok(());
         }
-        let Some(position) = position else {
-            return Ok(());
+        let moved = position
+            .filter(|&p| !p.is_invalid() && (p > self.stats.last_lsn || self.stats.saved == 0));
+        let saved = match moved {
+            Some(position) => {
+                self.capture(position, Lsn::INVALID, operators)?;
+                self.poll_acks(Lsn::INVALID);
+                self.saved().await
+            }
+            None => Ok(()),
         };
-        if position.is_invalid() || position <= self.stats.last_lsn && self.stats.saved > 0 {
-            return Ok(());
-        }
-        self.capture(position, Lsn::INVALID, operators)?;
-        self.poll_acks(Lsn::INVALID);
-        let saved = self.saved().await;
+        // Also when nothing moved: the last periodic save's retention may still run, and
+        // a clean stop should leave no more than `keep` checkpoints.
         self.settle_retention(SETTLE_RETENTION).await;
         saved
     }

@@ -96,6 +96,20 @@ async fn confirms_the_oldest_retained_or_the_newest() {
 }
 
 #[tokio::test]
+async fn a_clean_stop_with_nothing_new_still_leaves_only_keep_checkpoints() {
+    let store = Arc::new(MemoryStore::new());
+    let (mut c, job) = coordinator(store.clone(), 2, ConfirmPolicy::OldestRetained).await;
+    for at in [100, 200, 300] {
+        take(&mut c, at, &[]).await;
+    }
+    // Nothing moved since the last save, so no final checkpoint: the retention of the
+    // saves so far must still be awaited before the stop returns.
+    c.finish_final(Some(lsn(300)), &[]).await.unwrap();
+    assert_eq!(c.stats().saved, 3, "no final checkpoint at an old position");
+    assert_eq!(store.list(&job).await.unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn a_failed_save_is_retried_and_the_slot_stays() {
     let store = Arc::new(MemoryStore::new());
     let (mut c, job) = coordinator(store.clone(), 5, ConfirmPolicy::Newest).await;
