@@ -48,6 +48,7 @@
 //! `PipelineOptions::read_pause` (for experiments). For instruction counts:
 //! `PGCDC_E2E_ONLY` (comma-separated labels: `recvlogical`, `null`, `debezium`, `file`,
 //! `filemetrics` (the file sink with metrics kept and encoded every second, as a scrape),
+//! `filepc` (the file sink through the page cache: `direct_io = false`),
 //! `nats`, `null1`, `file1`, `nats1` for proto 1, and `files`, `filens` for the file sink
 //! on the newest protocol with in-progress streaming on / off) runs only those contenders,
 //! `PGCDC_E2E_WORKLOADS` (comma-separated: `w1`, `w2`, `w1r`, `w2r`, `w3`) runs only those
@@ -151,12 +152,14 @@ async fn pgcdc_contender(kind: &str) {
     let sink: Box<dyn Sink> = match kind {
         "null" => Box::new(NullSink::new()),
         "debezium" => Box::new(NullSink::encoding(debezium())),
-        "file" | "filemetrics" => Box::new(
+        "file" | "filemetrics" | "filepc" => Box::new(
             FileSink::open(
                 FileSinkOptions {
                     path: work.join("events.json"),
                     max_file_bytes: 0,
                     page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
+                    // `filepc`: through the page cache, as before direct I/O.
+                    direct_io: kind != "filepc",
                 },
                 debezium(),
             )
@@ -292,6 +295,7 @@ impl Contender {
                     "debezium" => "null sink, Debezium JSON encoded".to_owned(),
                     "file" => "file sink, Debezium JSON".to_owned(),
                     "filemetrics" => "file sink, Debezium JSON, metrics scraped every 1 s".to_owned(),
+                    "filepc" => "file sink, Debezium JSON, through the page cache (direct_io = false)".to_owned(),
                     "nats" => format!(
                         "NATS JetStream sink (file storage, 1 replica), Debezium JSON, max_in_flight {}",
                         nats_in_flight()
@@ -963,6 +967,7 @@ async fn run() {
         Contender::Recvlogical,
         pgcdc("null", None),
         pgcdc("file", None),
+        pgcdc("filepc", None),
         pgcdc("null", Some(1)),
         pgcdc("file", Some(1)),
         streaming("file", true),

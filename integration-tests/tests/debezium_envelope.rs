@@ -59,6 +59,7 @@ fn start(
                 path: dir.join("events.jsonl"),
                 max_file_bytes: 0,
                 page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
+                direct_io: true,
             },
             format: JsonFormat::Debezium(opts),
         })

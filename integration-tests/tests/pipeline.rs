@@ -159,6 +159,7 @@ async fn changes_reach_the_file_sink_and_match_the_table() {
             path: base.clone(),
             max_file_bytes: 4096,
             page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
+            direct_io: true,
         },
         JsonEncoder::new(JsonFormat::Plain),
     )
@@ -574,6 +575,7 @@ async fn reconnects_after_the_walsender_is_terminated_without_losing_commits() {
             path: base.clone(),
             max_file_bytes: 0,
             page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
+            direct_io: true,
         },
         JsonEncoder::new(JsonFormat::Plain),
     )
@@ -688,6 +690,7 @@ async fn spilling_pipeline(
             path: base.clone(),
             max_file_bytes: 64 * 1024 * 1024,
             page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
+            direct_io: true,
         },
         JsonEncoder::new(JsonFormat::Plain),
     )
@@ -873,6 +876,7 @@ mod peak_memory {
                 path: std::path::Path::new(&spill_dir).with_file_name("out.jsonl"),
                 max_file_bytes: 0,
                 page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
+                direct_io: true,
             },
             JsonEncoder::new(JsonFormat::Debezium(Default::default())),
         )

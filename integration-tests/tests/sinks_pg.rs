@@ -564,6 +564,7 @@ async fn end_to_end_from_a_real_slot_through_file_and_table_sinks() {
                 path: base.clone(),
                 max_file_bytes: 4096,
                 page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
+                direct_io: true,
             },
             encoder,
         )

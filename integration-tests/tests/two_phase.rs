@@ -194,6 +194,7 @@ async fn run_pipeline_tuned(
             path: base.to_owned(),
             max_file_bytes: 1 << 20,
             page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
+            direct_io: true,
         },
         JsonEncoder::new(JsonFormat::Plain),
     )

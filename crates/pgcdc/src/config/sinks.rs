@@ -78,6 +78,10 @@ pub enum SinkConfig {
         /// pages are dropped (0: keep everything).
         #[serde(default = "default_page_cache_mib")]
         page_cache_mib: u64,
+        /// Write past the page cache (`O_DIRECT`) where the filesystem
+        /// allows it (default true).
+        #[serde(default = "default_direct_io")]
+        direct_io: bool,
         /// JSON shape.
         #[serde(default)]
         format: Format,
@@ -122,6 +126,10 @@ pub enum SinkConfig {
     Nats(Box<super::NatsSinkConfig>),
     /// Discards events (benchmarks).
     Null,
+}
+
+fn default_direct_io() -> bool {
+    true
 }
 
 fn default_page_cache_mib() -> u64 {

@@ -35,6 +35,7 @@ fn parses_with_defaults_and_hides_the_password() {
         SinkConfig::File {
             format: Format::Plain,
             page_cache_mib: 64,
+            direct_io: true,
             ..
         }
     ));

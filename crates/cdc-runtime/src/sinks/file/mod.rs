@@ -10,7 +10,9 @@ use crate::event::ChangeEvent;
 
 use super::{Sink, SinkError};
 
+mod direct;
 mod page_cache;
+use direct::{Direct, Output, Refused};
 use page_cache::CacheWindow;
 
 /// The default [`FileSinkOptions::page_cache_bytes`]: 64 MiB.
@@ -29,8 +31,14 @@ pub struct FileSinkOptions {
     /// cache: once fsynced, older pages of the file are dropped
     /// (`posix_fadvise(DONTNEED)`), so that gigabytes of output do not push
     /// out what the machine reads. `0`: keep everything (the kernel decides).
-    /// Default [`DEFAULT_PAGE_CACHE_BYTES`].
+    /// Default [`DEFAULT_PAGE_CACHE_BYTES`]. Only for output written
+    /// through the page cache (not with [`direct_io`](Self::direct_io)).
     pub page_cache_bytes: u64,
+    /// Write past the page cache (`O_DIRECT`, Linux) where the filesystem
+    /// allows it, falling back to the page cache where it does not. Saves
+    /// the kernel's copy of every byte; readers that follow the files then
+    /// read them from the device. Default `true`.
+    pub direct_io: bool,
 }
 
 impl FileSinkOptions {
@@ -40,6 +48,7 @@ impl FileSinkOptions {
             path: path.into(),
             max_file_bytes: 0,
             page_cache_bytes: DEFAULT_PAGE_CACHE_BYTES,
+            direct_io: true,
         }
     }
 }
@@ -52,8 +61,12 @@ impl FileSinkOptions {
 /// * Lines are collected in memory and written in chunks of about 1 MiB (and
 ///   at every flush, rotation and close), each write and fsync on tokio's
 ///   blocking pool: one hand-off per chunk, not one per batch.
+/// * With [`direct_io`](FileSinkOptions::direct_io), the chunks are whole
+///   4 KiB blocks written past the page cache; a flush appends the partial
+///   last block through it.
 /// * [`flush`](Sink::flush) writes what is collected and fsyncs the current
-///   file; lines written but not flushed may not be in the file yet.
+///   file; lines written but not flushed may not be in the file yet, or only
+///   in part (the file may end mid-line until the next flush).
 /// * Opening again continues the highest-numbered file, appending. A
 ///   trailing partial line (a write torn by a crash, never flushed) is cut
 ///   off first, so every file holds whole lines only.
@@ -71,8 +84,12 @@ pub struct FileSink {
     path: PathBuf,
     /// `None` once closed (or while a write is on the blocking pool).
     file: Option<fs::File>,
+    /// The current file's direct handle (`None` without direct I/O, or
+    /// while a write is on the blocking pool).
+    direct: Option<Direct>,
+    direct_io: bool,
     size: u64,
-    buf: Vec<u8>,
+    out: Output,
     line: Vec<u8>,
     cache: CacheWindow,
 }
@@ -81,11 +98,13 @@ impl FileSink {
     /// Opens (or continues) the files at `options.path`.
     pub async fn open(options: FileSinkOptions, encoder: JsonEncoder) -> Result<Self, SinkError> {
         let base = options.path.clone();
-        let (seq, path, file, size) = tokio::task::spawn_blocking(move || open_latest(&base))
-            .await
-            .map_err(|e| {
-                SinkError::io("opening", Some(options.path.clone()), io::Error::other(e))
-            })??;
+        let direct_io = options.direct_io;
+        let (seq, path, file, size, direct, out) =
+            tokio::task::spawn_blocking(move || open_latest(&base, direct_io))
+                .await
+                .map_err(|e| {
+                    SinkError::io("opening", Some(options.path.clone()), io::Error::other(e))
+                })??;
         Ok(FileSink {
             base: options.path,
             max_bytes: options.max_file_bytes,
@@ -93,11 +112,18 @@ impl FileSink {
             seq,
             path,
             file: Some(file),
+            direct,
+            direct_io,
             size,
-            buf: Vec::new(),
+            out,
             line: Vec::new(),
             cache: CacheWindow::new(options.page_cache_bytes),
         })
+    }
+
+    /// Whether the current file is written past the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
     }
 
     /// The file currently written.
@@ -118,31 +144,22 @@ impl FileSink {
     /// Writes the collected lines to the file and, with `sync`, fsyncs it:
     /// one trip to the blocking pool.
     async fn write_buf(&mut self, sync: bool) -> Result<(), SinkError> {
-        if self.buf.is_empty() && !sync {
+        if self.out.is_empty() && !sync {
             return Ok(());
         }
         let mut file = self.file.take().ok_or(SinkError::Closed)?;
-        let buf = std::mem::take(&mut self.buf);
-        // Every line counted in `size` is in `buf` or in the file already.
-        let evict = if sync {
+        let mut out = std::mem::take(&mut self.out);
+        let mut direct = self.direct.take();
+        // Every line counted in `size` is in `out` or in the file already.
+        let evict = if sync && direct.is_none() {
             self.cache.after_sync(self.size)
         } else {
             None
         };
+        let path = self.path.clone();
         let joined = tokio::task::spawn_blocking(move || {
-            let written = if buf.is_empty() {
-                Ok(())
-            } else {
-                let before = file.metadata().map(|m| m.len());
-                let written = file.write_all(&buf).map_err(|e| ("writing", e));
-                if written.is_err() {
-                    if let Ok(before) = before {
-                        cut_failed_write(&file, before, &buf);
-                    }
-                }
-                written
-            };
-            let result = written.and_then(|()| {
+            let result = write_out(&mut file, &mut direct, &mut out, sync, &path);
+            let result = result.and_then(|()| {
                 if sync {
                     file.sync_data().map_err(|e| ("fsyncing", e))?;
                     if let Some(e) = evict {
@@ -151,18 +168,18 @@ impl FileSink {
                 }
                 Ok(())
             });
-            (file, buf, result)
+            (file, direct, out, result)
         })
         .await;
-        let (file, mut buf, result) = joined
+        let (file, direct, out, result) = joined
             .map_err(|e| SinkError::io("writing", Some(self.path.clone()), io::Error::other(e)))?;
         self.file = Some(file);
+        self.direct = direct;
+        self.out = out;
         result.map_err(|(what, e)| SinkError::io(what, Some(self.path.clone()), e))?;
         if let Some(e) = evict {
             self.cache.dropped(e);
         }
-        buf.clear();
-        self.buf = buf;
         Ok(())
     }
 
@@ -183,15 +200,22 @@ impl FileSink {
             let f = self.file.as_ref()?.try_clone().ok()?;
             Some((f, d))
         });
-        let file = tokio::task::spawn_blocking(move || {
+        let direct_io = self.direct_io;
+        let mut out = std::mem::take(&mut self.out);
+        let (file, direct, out) = tokio::task::spawn_blocking(move || {
             if let Some((old, d)) = old {
                 d.apply(&old);
             }
-            create_synced(&p)
+            let file = create_synced(&p)?;
+            out.clear();
+            let direct = open_direct(&p, 0, direct_io, &mut out)?;
+            Ok::<_, SinkError>((file, direct, out))
         })
         .await
         .map_err(|e| SinkError::io("creating", Some(path.clone()), io::Error::other(e)))??;
         self.file = Some(file);
+        self.direct = direct;
+        self.out = out;
         self.seq = seq;
         self.path = path;
         self.size = 0;
@@ -211,9 +235,9 @@ impl Sink for FileSink {
         for ev in batch {
             if self.max_bytes == 0 {
                 // No rotation: encode straight into the buffer.
-                let start = self.buf.len();
-                lines.encode_line(ev, &mut self.buf);
-                self.size += (self.buf.len() - start) as u64;
+                let start = self.out.len();
+                lines.encode_line(ev, self.out.vec());
+                self.size += (self.out.len() - start) as u64;
             } else {
                 self.line.clear();
                 lines.encode_line(ev, &mut self.line);
@@ -221,10 +245,10 @@ impl Sink for FileSink {
                 if self.size > 0 && self.size + len > self.max_bytes {
                     self.rotate().await?;
                 }
-                self.buf.extend_from_slice(&self.line);
+                self.out.vec().extend_from_slice(&self.line);
                 self.size += len;
             }
-            if self.buf.len() >= WRITE_CHUNK {
+            if self.out.len() >= WRITE_CHUNK {
                 self.write_buf(false).await?;
             }
         }
@@ -239,6 +263,7 @@ impl Sink for FileSink {
         if self.file.is_some() {
             self.flush().await?;
             self.file = None;
+            self.direct = None;
         }
         Ok(())
     }
@@ -255,17 +280,22 @@ impl Sink for FileSink {
     }
 
     async fn reset(&mut self) -> Result<(), SinkError> {
-        self.buf.clear();
+        self.out.clear();
         self.file = None;
+        self.direct = None;
         let base = self.base.clone();
-        let (seq, path, file, size) = tokio::task::spawn_blocking(move || open_latest(&base))
-            .await
-            .map_err(|e| {
-                SinkError::io("reopening", Some(self.base.clone()), io::Error::other(e))
-            })??;
+        let direct_io = self.direct_io;
+        let (seq, path, file, size, direct, out) =
+            tokio::task::spawn_blocking(move || open_latest(&base, direct_io))
+                .await
+                .map_err(|e| {
+                    SinkError::io("reopening", Some(self.base.clone()), io::Error::other(e))
+                })??;
         self.seq = seq;
         self.path = path;
         self.file = Some(file);
+        self.direct = direct;
+        self.out = out;
         self.size = size;
         self.cache.new_file();
         Ok(())
@@ -321,14 +351,20 @@ fn numbered_files(base: &Path) -> io::Result<Vec<(u32, PathBuf)>> {
     Ok(found)
 }
 
-fn open_latest(base: &Path) -> Result<(u32, PathBuf, fs::File, u64), SinkError> {
+/// The file a sink opened: `(seq, path, appending handle, length, direct
+/// handle, the output buffer holding its partial last block if direct)`.
+type Opened = (u32, PathBuf, fs::File, u64, Option<Direct>, Output);
+
+fn open_latest(base: &Path, direct_io: bool) -> Result<Opened, SinkError> {
     let err = |what, e| SinkError::io(what, Some(base.to_path_buf()), e);
     fs::create_dir_all(parent_dir(base)).map_err(|e| err("creating directory", e))?;
     let latest = numbered_files(base).map_err(|e| err("listing", e))?.pop();
+    let mut out = Output::default();
     let Some((seq, path)) = latest else {
         let path = numbered(base, 1);
         let file = create_synced(&path)?;
-        return Ok((1, path, file, 0));
+        let direct = open_direct(&path, 0, direct_io, &mut out)?;
+        return Ok((1, path, file, 0, direct, out));
     };
     let mut file = fs::OpenOptions::new()
         .read(true)
@@ -337,7 +373,80 @@ fn open_latest(base: &Path) -> Result<(u32, PathBuf, fs::File, u64), SinkError> 
         .map_err(|e| SinkError::io("opening", Some(path.clone()), e))?;
     let size = cut_partial_line(&mut file)
         .map_err(|e| SinkError::io("repairing", Some(path.clone()), e))?;
-    Ok((seq, path, file, size))
+    let direct = open_direct(&path, size, direct_io, &mut out)?;
+    Ok((seq, path, file, size, direct, out))
+}
+
+/// The direct handle of `path` (`len` bytes long), with its partial last
+/// block put into `out`; `None` without `direct_io` or where the filesystem
+/// has no direct I/O (logged).
+fn open_direct(
+    path: &Path,
+    len: u64,
+    direct_io: bool,
+    out: &mut Output,
+) -> Result<Option<Direct>, SinkError> {
+    if !direct_io {
+        return Ok(None);
+    }
+    let direct =
+        Direct::open(path, len, out).map_err(|e| SinkError::io("opening", Some(path.into()), e))?;
+    if direct.is_none() {
+        tracing::info!(
+            path = %path.display(),
+            "the filesystem has no direct I/O; the file sink writes through the page cache"
+        );
+    }
+    Ok(direct)
+}
+
+/// Writes `out` (see [`FileSink::write_buf`]): whole blocks directly and,
+/// with `sync`, the rest through `file`; or all of it through `file`
+/// without a direct handle. What went to the file leaves `out`, except a
+/// partial last block written through `file`, which stays for the next
+/// direct write.
+fn write_out(
+    file: &mut fs::File,
+    direct: &mut Option<Direct>,
+    out: &mut Output,
+    sync: bool,
+    path: &Path,
+) -> Result<(), (&'static str, io::Error)> {
+    let mut skip = 0;
+    if let Some(d) = direct {
+        let written = d.write_blocks(out).and_then(|()| {
+            if sync {
+                d.write_tail(file, out)
+            } else {
+                Ok(())
+            }
+        });
+        match written {
+            Ok(()) => return Ok(()),
+            Err(Refused::Failed(what, e)) => return Err((what, e)),
+            Err(Refused::Unsupported { skip: s }) => {
+                tracing::info!(
+                    path = %path.display(),
+                    "the filesystem refuses direct writes; the file sink writes through the page cache"
+                );
+                *direct = None;
+                skip = s;
+            }
+        }
+    }
+    let buf = out.data().get(skip..).unwrap_or_default();
+    if !buf.is_empty() {
+        let before = file.metadata().map(|m| m.len());
+        let written = file.write_all(buf).map_err(|e| ("writing", e));
+        if written.is_err() {
+            if let Ok(before) = before {
+                cut_failed_write(file, before, buf);
+            }
+        }
+        written?;
+    }
+    out.clear();
+    Ok(())
 }
 
 /// After a write of `buf` at offset `before` failed part-way (a full disk,
