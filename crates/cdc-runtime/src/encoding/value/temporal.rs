@@ -122,13 +122,15 @@ pub(crate) fn write_timestamp(
 /// `timestamptz` of type modifier `typmod`: `ZonedTimestamp`.
 pub(crate) fn write_timestamptz(out: &mut Vec<u8>, ts: &Infinitable<TimestampTz>, typmod: i32) {
     match ts {
-        Infinitable::Finite(ts) => write_display_str(
-            out,
-            ZonedTimestamp {
+        Infinitable::Finite(ts) => {
+            let zoned = ZonedTimestamp {
                 ts: *ts,
                 width: fraction_width(typmod),
-            },
-        ),
+            };
+            if !zoned.write_common(out) {
+                write_display_str(out, zoned);
+            }
+        }
         Infinitable::Infinity => write_str(out, "infinity"),
         Infinitable::NegInfinity => write_str(out, "-infinity"),
     }
@@ -261,6 +263,72 @@ impl fmt::Display for ZonedTimestamp {
     }
 }
 
+impl ZonedTimestamp {
+    /// Writes the quoted text straight into `out` for years 0 to 9999 (no
+    /// formatter, no allocation: a timestamp per row is common) and returns
+    /// true; false, writing nothing, for the others.
+    fn write_common(&self, out: &mut Vec<u8>) -> bool {
+        let ts = self.ts.utc();
+        let (y, m, d) = ts.date().ymd();
+        let Ok(y) = u32::try_from(y) else {
+            return false;
+        };
+        if y > 9999 {
+            return false;
+        }
+        let micros = ts.time().micros();
+        let (Ok(secs), Ok(frac)) = (
+            u32::try_from(micros / 1_000_000),
+            u32::try_from(micros % 1_000_000),
+        ) else {
+            return false;
+        };
+        out.push(b'"');
+        digits(out, y, 4);
+        out.push(b'-');
+        digits(out, m, 2);
+        out.push(b'-');
+        digits(out, d, 2);
+        out.push(b'T');
+        digits(out, secs / 3600, 2);
+        out.push(b':');
+        digits(out, secs / 60 % 60, 2);
+        out.push(b':');
+        digits(out, secs % 60, 2);
+        let start = out.len();
+        out.push(b'.');
+        digits(out, frac, 6);
+        let keep = match self.width {
+            0 => {
+                // Trimmed of trailing zeros, and no point without digits.
+                let fraction = out.get(start + 1..).unwrap_or_default();
+                let kept =
+                    fraction.len() - fraction.iter().rev().take_while(|&&b| b == b'0').count();
+                if kept == 0 {
+                    0
+                } else {
+                    kept + 1
+                }
+            }
+            w => w.min(6) + 1,
+        };
+        out.truncate(start + keep);
+        out.extend_from_slice(b"Z\"");
+        true
+    }
+}
+
+/// Appends `v` in exactly `width` decimal digits (zero-padded; `v` must fit).
+fn digits(out: &mut Vec<u8>, mut v: u32, width: usize) {
+    let at = out.len();
+    out.resize(at + width, b'0');
+    for slot in out.get_mut(at..).unwrap_or_default().iter_mut().rev() {
+        // `v % 10` is below 10.
+        *slot = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+}
+
 /// `HH:MM:SS`, then the fraction: `width` digits, or trimmed when `None`.
 fn write_hms(f: &mut fmt::Formatter<'_>, micros: i64, width: Option<usize>) -> fmt::Result {
     let secs = micros / 1_000_000;
@@ -379,6 +447,46 @@ mod tests {
             "14706789000"
         );
         assert_eq!(out(|o| write_time(o, t, 6, Connect)), "14706789");
+    }
+
+    /// The direct path writes what the formatter writes, wherever it applies.
+    #[test]
+    fn zoned_timestamps_written_directly_match_the_formatter() {
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut direct_seen = 0;
+        for i in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Across years -4713..294276, and many whole seconds and round fractions.
+            let micros = (x % 600_000_000_000_000_000) as i64 - 211_813_488_000_000_000;
+            let micros = match i % 4 {
+                0 => micros,
+                1 => micros - micros.rem_euclid(1_000_000),
+                2 => micros - micros.rem_euclid(1_000),
+                _ => micros - micros.rem_euclid(100_000),
+            };
+            let Some(ts) = TimestampTz::from_micros_since_2000(micros) else {
+                continue;
+            };
+            for width in [0, 1, 3, 6] {
+                let zoned = ZonedTimestamp { ts, width };
+                let mut direct = Vec::new();
+                if zoned.write_common(&mut direct) {
+                    direct_seen += 1;
+                    let mut formatted = Vec::new();
+                    write_display_str(&mut formatted, ZonedTimestamp { ts, width });
+                    assert_eq!(
+                        String::from_utf8(direct).unwrap(),
+                        String::from_utf8(formatted).unwrap(),
+                        "{micros} width {width}"
+                    );
+                } else {
+                    assert!(direct.is_empty());
+                }
+            }
+        }
+        assert!(direct_seen > 10_000, "{direct_seen}");
     }
 
     #[test]
