@@ -74,34 +74,32 @@ async fn saves_only_after_every_sink_acknowledged() {
     assert_eq!(stored.checkpoint.operators[0].id, "counts");
 }
 
-#[tokio::test]
-async fn confirms_the_oldest_retained_or_the_newest() {
+/// A coordinator keeping 2 checkpoints over a fresh store, after saves at 100, 200 and 300.
+async fn saved_three_times(confirm: ConfirmPolicy) -> (Arc<MemoryStore>, Coordinator, JobName) {
     let store = Arc::new(MemoryStore::new());
-    let (mut c, job) = coordinator(store.clone(), 2, ConfirmPolicy::OldestRetained).await;
+    let (mut c, job) = coordinator(store.clone(), 2, confirm).await;
     for at in [100, 200, 300] {
         take(&mut c, at, &[]).await;
     }
+    (store, c, job)
+}
+
+#[tokio::test]
+async fn confirms_the_oldest_retained_or_the_newest() {
+    let (store, mut c, job) = saved_three_times(ConfirmPolicy::OldestRetained).await;
     // Retention runs after each save was reported.
     c.settle_retention(Duration::from_secs(5)).await;
     assert_eq!(store.list(&job).await.unwrap().len(), 2);
     assert_eq!(c.confirmable(), lsn(200), "oldest of the two kept");
     assert_eq!(c.stats().saved, 3);
 
-    let store = Arc::new(MemoryStore::new());
-    let (mut c, _) = coordinator(store, 2, ConfirmPolicy::Newest).await;
-    for at in [100, 200, 300] {
-        take(&mut c, at, &[]).await;
-    }
+    let (_, c, _) = saved_three_times(ConfirmPolicy::Newest).await;
     assert_eq!(c.confirmable(), lsn(300));
 }
 
 #[tokio::test]
 async fn a_clean_stop_with_nothing_new_still_leaves_only_keep_checkpoints() {
-    let store = Arc::new(MemoryStore::new());
-    let (mut c, job) = coordinator(store.clone(), 2, ConfirmPolicy::OldestRetained).await;
-    for at in [100, 200, 300] {
-        take(&mut c, at, &[]).await;
-    }
+    let (store, mut c, job) = saved_three_times(ConfirmPolicy::OldestRetained).await;
     // Nothing moved since the last save, so no final checkpoint: the retention of the
     // saves so far must still be awaited before the stop returns.
     c.finish_final(Some(lsn(300)), &[]).await.unwrap();

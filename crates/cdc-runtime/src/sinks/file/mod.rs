@@ -97,14 +97,9 @@ pub struct FileSink {
 impl FileSink {
     /// Opens (or continues) the files at `options.path`.
     pub async fn open(options: FileSinkOptions, encoder: JsonEncoder) -> Result<Self, SinkError> {
-        let base = options.path.clone();
         let direct_io = options.direct_io;
         let (seq, path, file, size, direct, out) =
-            tokio::task::spawn_blocking(move || open_latest(&base, direct_io))
-                .await
-                .map_err(|e| {
-                    SinkError::io("opening", Some(options.path.clone()), io::Error::other(e))
-                })??;
+            open_latest_blocking(&options.path, direct_io, "opening").await?;
         Ok(FileSink {
             base: options.path,
             max_bytes: options.max_file_bytes,
@@ -283,14 +278,8 @@ impl Sink for FileSink {
         self.out.clear();
         self.file = None;
         self.direct = None;
-        let base = self.base.clone();
-        let direct_io = self.direct_io;
         let (seq, path, file, size, direct, out) =
-            tokio::task::spawn_blocking(move || open_latest(&base, direct_io))
-                .await
-                .map_err(|e| {
-                    SinkError::io("reopening", Some(self.base.clone()), io::Error::other(e))
-                })??;
+            open_latest_blocking(&self.base, self.direct_io, "reopening").await?;
         self.seq = seq;
         self.path = path;
         self.file = Some(file);
@@ -354,6 +343,18 @@ fn numbered_files(base: &Path) -> io::Result<Vec<(u32, PathBuf)>> {
 /// The file a sink opened: `(seq, path, appending handle, length, direct
 /// handle, the output buffer holding its partial last block if direct)`.
 type Opened = (u32, PathBuf, fs::File, u64, Option<Direct>, Output);
+
+/// [`open_latest`] on the blocking pool.
+async fn open_latest_blocking(
+    base: &Path,
+    direct_io: bool,
+    what: &'static str,
+) -> Result<Opened, SinkError> {
+    let owned = base.to_path_buf();
+    tokio::task::spawn_blocking(move || open_latest(&owned, direct_io))
+        .await
+        .map_err(|e| SinkError::io(what, Some(base.to_path_buf()), io::Error::other(e)))?
+}
 
 fn open_latest(base: &Path, direct_io: bool) -> Result<Opened, SinkError> {
     let err = |what, e| SinkError::io(what, Some(base.to_path_buf()), e);
