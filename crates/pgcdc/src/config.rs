@@ -32,8 +32,7 @@
 //! type = "file"
 //! path = "/var/lib/pgcdc/changes.jsonl"
 //! max_file_bytes = 104857600
-//! # direct_io = true           # write past the page cache (O_DIRECT) where the filesystem allows
-//! # page_cache_mib = 64         # without direct I/O: newest fsynced output left in the page cache (0: keep all)
+//! # direct_io = true           # past the page cache (O_DIRECT) where allowed; false: page_cache_mib (64) of it stays cached
 //! format = "debezium"
 //! # key = true                  # {"key":…,"value":…} per line (tombstones after deletes)
 //!

@@ -165,7 +165,7 @@ impl Direct {
                 // did: a retry, or the page cache, continues from there.
                 let restored = self.restore();
                 let skip = usize::try_from(self.on_disk - self.base).unwrap_or(0);
-                if !self.proven && e.raw_os_error() == Some(libc::EINVAL) && restored {
+                if !self.proven && e.kind() == io::ErrorKind::InvalidInput && restored {
                     Err(Refused::Unsupported { skip })
                 } else {
                     Err(Refused::Failed("writing", e))
