@@ -164,7 +164,7 @@ impl Direct {
                 // Whatever part went in is cut, so the file ends where it
                 // did: a retry, or the page cache, continues from there.
                 let restored = self.restore();
-                let skip = usize::try_from(self.on_disk - self.base).unwrap_or(0);
+                let skip = usize::try_from(self.on_disk.saturating_sub(self.base)).unwrap_or(0);
                 if !self.proven && e.kind() == io::ErrorKind::InvalidInput && restored {
                     Err(Refused::Unsupported { skip })
                 } else {
@@ -177,7 +177,7 @@ impl Direct {
     /// Appends the part of `out` not in the file yet through `file` (the
     /// sink's ordinary, appending handle, whose end is `on_disk`).
     pub(super) fn write_tail(&mut self, file: &mut File, out: &Output) -> Result<(), Refused> {
-        let skip = usize::try_from(self.on_disk - self.base).unwrap_or(usize::MAX);
+        let skip = usize::try_from(self.on_disk.saturating_sub(self.base)).unwrap_or(usize::MAX);
         let Some(tail) = out.data().get(skip..) else {
             return Ok(());
         };
@@ -194,6 +194,13 @@ impl Direct {
                 Err(Refused::Failed("writing", e))
             }
         }
+    }
+
+    /// Makes the next direct write fail (an unaligned offset), for tests of
+    /// the failure path.
+    #[cfg(test)]
+    pub(super) fn misalign(&mut self) {
+        self.base += 1;
     }
 
     /// After a failed write: cuts the file back to `on_disk`. False when

@@ -424,7 +424,16 @@ fn write_out(
         });
         match written {
             Ok(()) => return Ok(()),
-            Err(Refused::Failed(what, e)) => return Err((what, e)),
+            Err(Refused::Failed(what, e)) => {
+                // As through the page cache: the file keeps its whole lines only (whole
+                // blocks written before may end mid-line), what was not written is
+                // dropped (the reset replays it), and the file goes on through the page
+                // cache until the reset opens it again.
+                cut_torn_line(path, file);
+                *direct = None;
+                out.clear();
+                return Err((what, e));
+            }
             Err(Refused::Unsupported { skip: s }) => {
                 tracing::info!(
                     path = %path.display(),
@@ -472,9 +481,37 @@ fn cut_failed_write(file: &fs::File, before: u64, buf: &[u8]) {
     }
 }
 
+/// After a failed direct write: cuts the line `file` (at `path`) may end in,
+/// so that readers never see a partial line while the sink retries. Best
+/// effort, as [`cut_failed_write`]: a reset or the next open cuts it anyway.
+fn cut_torn_line(path: &Path, file: &fs::File) {
+    let Ok(mut reader) = fs::File::open(path) else {
+        return;
+    };
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return;
+    };
+    if let Ok(keep) = last_line_end(&mut reader, len) {
+        if keep < len {
+            let _ = file.set_len(keep);
+        }
+    }
+}
+
 /// Truncates `file` after its last `\n` and returns the new length.
 fn cut_partial_line(file: &mut fs::File) -> io::Result<u64> {
     let len = file.metadata()?.len();
+    let keep = last_line_end(file, len)?;
+    if keep != len {
+        file.set_len(keep)?;
+        file.sync_data()?;
+    }
+    Ok(keep)
+}
+
+/// The offset just after the last `\n` in the first `len` bytes of `file`
+/// (0 without one).
+fn last_line_end(file: &mut fs::File, len: u64) -> io::Result<u64> {
     let mut end = len;
     let mut chunk = [0u8; 8192];
     while end > 0 {
@@ -484,18 +521,9 @@ fn cut_partial_line(file: &mut fs::File) -> io::Result<u64> {
         file.seek(SeekFrom::Start(start))?;
         file.read_exact(part)?;
         if let Some(pos) = part.iter().rposition(|&b| b == b'\n') {
-            let keep = start + pos as u64 + 1;
-            if keep != len {
-                file.set_len(keep)?;
-                file.sync_data()?;
-            }
-            return Ok(keep);
+            return Ok(start + pos as u64 + 1);
         }
         end = start;
-    }
-    if len != 0 {
-        file.set_len(0)?;
-        file.sync_data()?;
     }
     Ok(0)
 }

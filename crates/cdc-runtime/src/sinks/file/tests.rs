@@ -385,3 +385,46 @@ async fn direct_output_does_not_stay_in_the_page_cache() {
     assert!(cached <= 64 << 10, "{cached} bytes cached");
     assert_eq!(read_lines(&base).len() % 64, 400 % 64);
 }
+
+/// A direct write that fails after whole blocks left the file mid-line: the
+/// torn line is cut at once (readers never see it while the sink retries),
+/// and the reset's replay completes the output.
+#[tokio::test]
+async fn a_failed_direct_write_leaves_whole_lines_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("e");
+    let mut sink = open(&base, 0).await;
+    if !sink.is_direct() {
+        eprintln!("skipped: this file system has no direct I/O");
+        return;
+    }
+    let evs = events(600, 4000);
+    sink.write(&evs[..10]).await.unwrap();
+    sink.flush().await.unwrap();
+    // More than a chunk: whole blocks go out, the file ends mid-line.
+    sink.write(&evs[10..400]).await.unwrap();
+    let path = sink.current_path().to_path_buf();
+    assert!(!fs::read(&path).unwrap().ends_with(b"\n"));
+    sink.direct.as_mut().unwrap().misalign();
+    assert!(sink.write(&evs[400..]).await.is_err() || sink.flush().await.is_err());
+    let text = fs::read(&path).unwrap();
+    assert!(
+        text.ends_with(b"\n"),
+        "a torn line stayed after the failure"
+    );
+    // The pipeline resets and replays everything since the last flush.
+    sink.reset().await.unwrap();
+    sink.write(&evs[10..]).await.unwrap();
+    sink.close().await.unwrap();
+    let got = indexes(&read_lines(&base));
+    let mut seen = std::collections::BTreeSet::new();
+    for i in &got {
+        seen.insert(*i);
+    }
+    assert_eq!(seen.len(), 600, "every line at least once");
+    assert_eq!(
+        &got[..10],
+        &(0..10).collect::<Vec<_>>()[..],
+        "flushed lines kept"
+    );
+}
