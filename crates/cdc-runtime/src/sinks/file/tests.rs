@@ -359,15 +359,24 @@ async fn direct_writes_leave_the_same_bytes_as_buffered_ones() {
     );
 }
 
+/// A sink at `base` writing directly; `None` (the test skipped) where the
+/// file system has no direct I/O.
+async fn open_direct_sink(base: &Path) -> Option<FileSink> {
+    let sink = open(base, 0).await;
+    if !sink.is_direct() {
+        eprintln!("skipped: this file system has no direct I/O");
+        return None;
+    }
+    Some(sink)
+}
+
 #[tokio::test]
 async fn direct_output_does_not_stay_in_the_page_cache() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("e");
-    let mut sink = open(&base, 0).await;
-    if !sink.is_direct() {
-        eprintln!("skipped: this file system has no direct I/O");
+    let Some(mut sink) = open_direct_sink(&base).await else {
         return;
-    }
+    };
     let batch = events(64, 4000);
     while sink.current_size() < 8 << 20 {
         sink.write(&batch).await.unwrap();
@@ -393,11 +402,9 @@ async fn direct_output_does_not_stay_in_the_page_cache() {
 async fn a_failed_direct_write_leaves_whole_lines_only() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("e");
-    let mut sink = open(&base, 0).await;
-    if !sink.is_direct() {
-        eprintln!("skipped: this file system has no direct I/O");
+    let Some(mut sink) = open_direct_sink(&base).await else {
         return;
-    }
+    };
     let evs = events(600, 4000);
     sink.write(&evs[..10]).await.unwrap();
     sink.flush().await.unwrap();
