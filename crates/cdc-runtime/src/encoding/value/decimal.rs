@@ -19,6 +19,7 @@ use cdc_core::Numeric;
 
 use super::super::json::{write_base64, write_int, write_str};
 use super::java;
+use super::small_decimal::SmallDecimal;
 use crate::encoding::DecimalHandlingMode;
 
 /// A finite decimal: `unscaled × 10^-scale`, the digits without sign or
@@ -278,6 +279,28 @@ pub(crate) fn write_numeric(
     typmod: i32,
     mode: DecimalHandlingMode,
 ) {
+    if let (Numeric::Finite(s), DecimalHandlingMode::Precise) = (n, mode) {
+        if let Some(value) = SmallDecimal::parse(s) {
+            match numeric_scale(typmod) {
+                None => return value.write_variable_scale(out),
+                Some(scale) => {
+                    if let Some(value) = value.with_scale(scale) {
+                        return value.write_unscaled(out);
+                    }
+                }
+            }
+        }
+    }
+    write_numeric_digits(out, n, typmod, mode)
+}
+
+/// [`write_numeric`] through the digit string, for any size.
+fn write_numeric_digits(
+    out: &mut Vec<u8>,
+    n: &Numeric<'_>,
+    typmod: i32,
+    mode: DecimalHandlingMode,
+) {
     let finite = match n {
         Numeric::Finite(s) => Decimal::parse(s),
         _ => None,
@@ -527,6 +550,22 @@ mod tests {
         assert_eq!(numeric_scale(-1), None);
         // numeric(5,-2) on PostgreSQL 15.
         assert_eq!(numeric_scale((5 << 16 | (-2i32 & 0x7ff)) + 4), Some(-2));
+    }
+
+    proptest::proptest! {
+        /// The integer fast path writes what the digit-string path writes,
+        /// for any value and any declared scale (or none).
+        #[test]
+        fn small_numerics_are_written_as_the_digit_path_writes_them(
+            text in "-?[0-9]{1,40}(\\.[0-9]{0,30})?",
+            scale in proptest::option::of(-10i32..50),
+        ) {
+            let typmod = scale.map_or(-1, |s| ((1000 << 16) | (s & 0x7ff)) + 4);
+            let n = Numeric::Finite(std::borrow::Cow::Borrowed(&text));
+            let fast = out(|o| write_numeric(o, &n, typmod, DecimalHandlingMode::Precise));
+            let digits = out(|o| write_numeric_digits(o, &n, typmod, DecimalHandlingMode::Precise));
+            proptest::prop_assert_eq!(fast, digits, "{} {:?}", text, scale);
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod hstore;
 mod java;
 mod plain;
 mod point;
+mod small_decimal;
 mod temporal;
 mod toast;
 
