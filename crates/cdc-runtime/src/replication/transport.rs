@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::error::{DbError, ReplicationError};
-use super::wire::{needed_room, peek_frame, split_frame, Frame, Peek};
+use super::wire::{peek_frame, split_frame, Frame, Peek};
 
 /// Bytes requested per socket read. Large reads keep the syscall count low at
 /// high WAL rates; messages are sliced out of this buffer without copying.
@@ -151,13 +151,8 @@ impl Transport {
             low_water::set(self.tcp(), 1).map_err(ReplicationError::Io)?;
             self.wake_raised = false;
         }
-        // The room the message at the front still needs, or a chunk. The
-        // messages split off this buffer before are dropped by now, so the
-        // reservation reuses the buffer in place rather than allocating:
-        // fresh memory would cost a page fault per 4 KiB read.
-        let missing = needed_room(&self.read);
-        if self.read.capacity() - self.read.len() < MIN_FREE.max(missing) {
-            self.read.reserve(READ_CHUNK.max(missing));
+        if self.read.capacity() - self.read.len() < MIN_FREE {
+            self.read.reserve(READ_CHUNK);
         }
         let n = self.socket.read_buf(&mut self.read).await?;
         if n == 0 {
@@ -418,54 +413,6 @@ mod tests {
             .expect("the read waited although the mark was reached")
             .unwrap();
         assert_eq!(t.read.len(), 110 + 70 * 1024);
-    }
-
-    /// Messages split off and dropped before the next read leave the read
-    /// buffer to be reused in place, even when the last message is cut
-    /// (fresh memory would be faulted in page by page on every read); a
-    /// message larger than a read chunk still gets room for all of it.
-    #[tokio::test]
-    async fn reads_reuse_the_buffer_once_the_messages_are_dropped() {
-        let (mut t, mut server) = loopback().await;
-        let mut wire = BytesMut::new();
-        for i in 0..50_000u32 {
-            msg(b'd', &[i as u8; 150], &mut wire);
-        }
-        let big = vec![5u8; 3 * READ_CHUNK];
-        msg(b'd', &big, &mut wire);
-        msg(b'd', b"end", &mut wire);
-        let writer = tokio::spawn(async move {
-            server.write_all(&wire).await.unwrap();
-            server
-        });
-        // The end of the allocation the buffer reads into: it stays put
-        // while the buffer is reused, however far reading has advanced.
-        let end = |t: &Transport| t.read.as_ptr() as usize + t.read.capacity();
-        let (mut reads, mut moves, mut last_end) = (0, 0, end(&t));
-        let mut bodies = Vec::new();
-        while bodies.last().map(|b: &Vec<u8>| b.as_slice()) != Some(b"end") {
-            t.fill().await.unwrap();
-            reads += 1;
-            moves += usize::from(end(&t) != last_end);
-            last_end = end(&t);
-            // All split off while the ones before are alive, as the
-            // pipeline does while it drains one read; dropped before the
-            // next read.
-            let mut frames = Vec::new();
-            while let Some(frame) = t.buffered_frame().unwrap() {
-                frames.push(frame);
-            }
-            bodies.extend(frames.iter().map(|f| f.body.to_vec()));
-        }
-        let _server = writer.await.unwrap();
-        assert_eq!(bodies.len(), 50_002);
-        assert_eq!(bodies[50_000], big);
-        assert!(reads >= 20, "{reads} reads");
-        // Growing for the first cut message and for the big one.
-        assert!(
-            moves <= 4,
-            "the buffer moved {moves} times in {reads} reads: reads went to fresh memory"
-        );
     }
 
     #[test]

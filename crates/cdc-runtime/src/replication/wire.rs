@@ -52,30 +52,20 @@ pub(crate) fn peek_frame(buf: &[u8]) -> Result<Peek<'_>, ProtocolError> {
 }
 
 /// Splits the next complete message off the front of `buf`, or returns
-/// `Ok(None)` when more bytes are needed.
-///
-/// It never reserves room: the messages split off before share the buffer,
-/// so growing it here would copy it into a fresh allocation while they
-/// live. The reader makes room when it reads next, once they are dropped,
-/// and the buffer is then reused in place ([`needed_room`] says how much).
+/// `Ok(None)` (after reserving room for the rest of it) when more bytes are needed.
 pub(crate) fn split_frame(buf: &mut BytesMut) -> Result<Option<Frame>, ProtocolError> {
     let (tag, total) = match peek_frame(buf)? {
         Peek::Complete { tag, body } => (tag, body.len() + 5),
-        Peek::Incomplete { .. } => return Ok(None),
+        Peek::Incomplete { total } => {
+            if buf.len() < total {
+                buf.reserve(total - buf.len());
+            }
+            return Ok(None);
+        }
     };
     let mut frame = buf.split_to(total).freeze();
     frame.advance(5);
     Ok(Some(Frame { tag, body: frame }))
-}
-
-/// The bytes missing from the incomplete message at the front of `buf` (0
-/// when none is, or when its header is not in yet, or is invalid: reading
-/// on finds out).
-pub(crate) fn needed_room(buf: &[u8]) -> usize {
-    match peek_frame(buf) {
-        Ok(Peek::Incomplete { total }) => total.saturating_sub(buf.len()),
-        _ => 0,
-    }
 }
 
 /// The authentication requests a server can send (`R` messages).
