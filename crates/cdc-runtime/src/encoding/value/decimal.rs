@@ -336,10 +336,20 @@ pub(crate) fn write_decimal(out: &mut Vec<u8>, value: &Decimal, mode: DecimalHan
 /// `io.debezium.data.VariableScaleDecimal`: `{"scale":N,"value":"<base64>"}`.
 pub(crate) fn write_variable_scale(out: &mut Vec<u8>, value: &Decimal) {
     let v = value.stripped();
+    write_variable_scale_with(out, v.scale, |out| write_base64(out, &v.unscaled_bytes()));
+}
+
+/// The `VariableScaleDecimal` object around a value (already stripped)
+/// that `write_value` writes as base64.
+pub(super) fn write_variable_scale_with(
+    out: &mut Vec<u8>,
+    scale: i32,
+    write_value: impl FnOnce(&mut Vec<u8>),
+) {
     out.extend_from_slice(b"{\"scale\":");
-    write_int(out, v.scale);
+    write_int(out, scale);
     out.extend_from_slice(b",\"value\":");
-    write_base64(out, &v.unscaled_bytes());
+    write_value(out);
     out.push(b'}');
 }
 

@@ -6,7 +6,8 @@
 //! every value this one declines (longer text, more digits), and the tests
 //! check that both write the same bytes for the values this one takes.
 
-use super::super::json::{write_base64, write_int};
+use super::super::json::write_base64;
+use super::decimal::write_variable_scale_with;
 
 /// The longest text taken here; longer values (many leading or trailing
 /// zeros, or many digits) go the general way.
@@ -128,11 +129,7 @@ impl SmallDecimal {
     /// `{"scale":N,"value":"<base64>"}` of the stripped value.
     pub(super) fn write_variable_scale(&self, out: &mut Vec<u8>) {
         let v = self.stripped();
-        out.extend_from_slice(b"{\"scale\":");
-        write_int(out, v.scale);
-        out.extend_from_slice(b",\"value\":");
-        v.write_unscaled(out);
-        out.push(b'}');
+        write_variable_scale_with(out, v.scale, |out| v.write_unscaled(out));
     }
 }
 
