@@ -45,7 +45,8 @@
 //! `PGCDC_E2E_W3_TXNS` (default 100) transactions, each updating the same preloaded
 //! rows. The pgcdc child runs on one tokio worker
 //! thread (`PGCDC_E2E_WORKERS` to change); `PGCDC_E2E_READ_PAUSE_US` overrides
-//! `PipelineOptions::read_pause` (for experiments). For instruction counts:
+//! `PipelineOptions::read_pause`, `PGCDC_E2E_BATCH` `batch_size` and `PGCDC_E2E_CHANNEL`
+//! `channel_capacity` (for experiments). For instruction counts:
 //! `PGCDC_E2E_ONLY` (comma-separated labels: `recvlogical`, `null`, `debezium`, `file`,
 //! `filemetrics` (the file sink with metrics kept and encoded every second, as a scrape),
 //! `filepc` (the file sink through the page cache: `direct_io = false`),
@@ -130,6 +131,19 @@ async fn pgcdc_contender(kind: &str) {
         .map(|v| v.parse().unwrap())
     {
         options.read_pause = Duration::from_micros(us);
+    }
+    // Experiments only: batch size and batches queued per sink.
+    if let Some(n) = std::env::var("PGCDC_E2E_BATCH")
+        .ok()
+        .map(|v| v.parse().unwrap())
+    {
+        options.batch_size = n;
+    }
+    if let Some(n) = std::env::var("PGCDC_E2E_CHANNEL")
+        .ok()
+        .map(|v| v.parse().unwrap())
+    {
+        options.channel_capacity = n;
     }
     // Only matters if the end LSN is not a commit's (see `stop_condition`).
     options.status_interval = Duration::from_secs(1);
