@@ -65,6 +65,12 @@ fn parse_date(c: &mut Cursor<'_>, bc: bool) -> Result<i64, &'static str> {
     let (Some(month), Some(day)) = (month, day) else {
         return Err("expected YYYY-MM-DD");
     };
+    civil_date(year, month, day, bc)
+}
+
+/// A date's fields as written (the year counted back from 1 BC when `bc`):
+/// days since 2000, checked.
+fn civil_date(year: i64, month: i64, day: i64, bc: bool) -> Result<i64, &'static str> {
     if year == 0 {
         return Err("year 0 does not exist");
     }
@@ -92,6 +98,12 @@ fn parse_time(c: &mut Cursor<'_>, max_hour: i64) -> Result<i64, &'static str> {
     let (Some(h), Some(m), Some(s)) = (h, m, s) else {
         return Err("expected HH:MM:SS");
     };
+    clock_time(c, [h, m, s], max_hour)
+}
+
+/// The time of day from its hour, minute and second and the `[.f{1,6}]`
+/// that may follow them in `c`: microseconds since midnight, checked.
+fn clock_time(c: &mut Cursor<'_>, [h, m, s]: [i64; 3], max_hour: i64) -> Result<i64, &'static str> {
     let frac = if c.eat(b'.') { parse_fraction(c)? } else { 0 };
     if h > max_hour || m > 59 || s > 59 {
         return Err("time field out of range");
@@ -101,6 +113,44 @@ fn parse_time(c: &mut Cursor<'_>, max_hour: i64) -> Result<i64, &'static str> {
         return Err("time field out of range");
     }
     Ok(micros)
+}
+
+/// Year, month, day, hour, minute and second as written, and the text after them.
+type Fields<'s> = Option<([i64; 6], &'s [u8])>;
+
+/// A reader of [`Fields`] (see [`fixed_date_time`]).
+type FixedReader = fn(&[u8]) -> Fields<'_>;
+
+/// `YYYY-MM-DD HH:MM:SS` at fixed places (a four-digit year), the shape
+/// nearly every timestamp the server writes has: its six fields and the
+/// rest of the text, read without the cursor's steps per byte. `None` for
+/// any other shape, which the cursor then reads.
+fn fixed_date_time(s: &[u8]) -> Fields<'_> {
+    let (head, rest) = s.split_first_chunk::<19>()?;
+    let [y0, y1, y2, y3, b'-', mo0, mo1, b'-', d0, d1, b' ', h0, h1, b':', mi0, mi1, b':', s0, s1] =
+        *head
+    else {
+        return None;
+    };
+    // Each byte's distance from '0': all fourteen must be digits.
+    let d =
+        [y0, y1, y2, y3, mo0, mo1, d0, d1, h0, h1, mi0, mi1, s0, s1].map(|b| b.wrapping_sub(b'0'));
+    // A third digit of seconds: the cursor rejects it.
+    if d.iter().any(|&v| v > 9) || rest.first().is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    let [y0, y1, y2, y3, mo0, mo1, d0, d1, h0, h1, mi0, mi1, s0, s1] = d.map(i64::from);
+    Some((
+        [
+            ((y0 * 10 + y1) * 10 + y2) * 10 + y3,
+            mo0 * 10 + mo1,
+            d0 * 10 + d1,
+            h0 * 10 + h1,
+            mi0 * 10 + mi1,
+            s0 * 10 + s1,
+        ],
+        rest,
+    ))
 }
 
 /// 1 to 6 fractional digits as microseconds.
@@ -201,13 +251,34 @@ pub(crate) fn timetz_text(oid: Oid, raw: &[u8]) -> Result<TimeTz, ValueError> {
 
 /// `DATE TIME[OFFSET][ BC]` as local microseconds since 2000 and the offset (0 if absent).
 fn parse_timestamp(raw: &[u8], with_offset: bool) -> Result<i64, &'static str> {
+    parse_timestamp_with(raw, with_offset, fixed_date_time)
+}
+
+/// [`parse_timestamp`] with the fast reader of the date and time given
+/// (tests pass one that never reads, to compare with the cursor).
+fn parse_timestamp_with(
+    raw: &[u8],
+    with_offset: bool,
+    fixed: FixedReader,
+) -> Result<i64, &'static str> {
     let (body, bc) = split_bc(raw);
     let mut c = Cursor { s: body };
-    let days = parse_date(&mut c, bc)?;
-    if !c.eat(b' ') {
-        return Err("expected a space between date and time");
-    }
-    let time = parse_time(&mut c, 23)?;
+    let (days, time) = match fixed(body) {
+        Some(([year, month, day, h, m, s], rest)) => {
+            c.s = rest;
+            (
+                civil_date(year, month, day, bc)?,
+                clock_time(&mut c, [h, m, s], 23)?,
+            )
+        }
+        None => {
+            let days = parse_date(&mut c, bc)?;
+            if !c.eat(b' ') {
+                return Err("expected a space between date and time");
+            }
+            (days, parse_time(&mut c, 23)?)
+        }
+    };
     let offset = if with_offset {
         parse_offset(&mut c)?
     } else {
@@ -301,4 +372,119 @@ pub(crate) fn timestamptz_binary(
         Infinitable::Infinity => Infinitable::Infinity,
         Infinitable::NegInfinity => Infinitable::NegInfinity,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn by_cursor(raw: &[u8], with_offset: bool) -> Result<i64, &'static str> {
+        parse_timestamp_with(raw, with_offset, |_| None)
+    }
+
+    #[test]
+    fn the_fixed_reader_takes_the_common_shape_only() {
+        let (fields, rest) = fixed_date_time(b"2026-12-05 19:45:07.25+00").unwrap_or_default();
+        assert_eq!(fields, [2026, 12, 5, 19, 45, 7]);
+        assert_eq!(rest, b".25+00");
+        for other in [
+            &b"10000-01-01 00:00:00+00"[..],
+            b"999-01-01 00:00:00",
+            b"2026-1-05 19:45:07",
+            b"2026-12-05T19:45:07",
+            b"2026-12-05 19:45:070",
+            b"2026-12-05 19:45:0",
+            b"2026-12-05 1a:45:07",
+            b"2026-12-05 1::45:07",
+            b"2026-12-05 /0:45:07",
+            b"",
+        ] {
+            assert_eq!(
+                fixed_date_time(other),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        assert_eq!(parse_timestamp(b"2000-01-01 00:00:00+00", true), Ok(0));
+        assert_eq!(
+            parse_timestamp(b"2000-01-01 00:00:01.5-01", true),
+            Ok(3_601_500_000)
+        );
+        assert!(parse_timestamp(b"2026-12-05 19:45:070+00", true).is_err());
+        assert!(parse_timestamp(b"2026-02-29 00:00:00", false).is_err());
+        assert!(parse_timestamp(b"0000-01-01 00:00:00", false).is_err());
+    }
+
+    /// Timestamps of the server's shapes and near misses: digits, field
+    /// widths, separators, fractions, offsets and ` BC` varied at random.
+    fn timestamp_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let digits = |n: std::ops::RangeInclusive<usize>| {
+            // Now and then the bytes either side of the digits.
+            proptest::collection::vec(
+                prop_oneof![40 => b'0'..=b'9', 1 => Just(b'/'), 1 => Just(b':')],
+                n,
+            )
+            .prop_map(|d| String::from_utf8(d).unwrap_or_default())
+        };
+        // Mostly the usual width, sometimes another.
+        let field = |usual: usize, other: std::ops::RangeInclusive<usize>| prop_oneof![12 => digits(usual..=usual), 1 => digits(other)];
+        let sep = |usual: char| prop_oneof![12 => Just(usual), 1 => any::<char>()];
+        (
+            (
+                field(4, 1..=6),
+                sep('-'),
+                field(2, 1..=3),
+                sep('-'),
+                field(2, 1..=3),
+            ),
+            (
+                sep(' '),
+                field(2, 1..=3),
+                sep(':'),
+                field(2, 1..=3),
+                sep(':'),
+                field(2, 1..=3),
+            ),
+            proptest::option::of(digits(0..=8)),
+            proptest::option::of(("[+-]", field(2, 1..=3), proptest::option::of(digits(2..=2)))),
+            any::<bool>(),
+        )
+            .prop_map(
+                |((y, s1, mo, s2, d), (s3, h, s4, mi, s5, sec), frac, offset, bc)| {
+                    let mut t = format!("{y}{s1}{mo}{s2}{d}{s3}{h}{s4}{mi}{s5}{sec}");
+                    if let Some(f) = frac {
+                        t.push('.');
+                        t.push_str(&f);
+                    }
+                    if let Some((sign, oh, om)) = offset {
+                        t.push_str(&sign);
+                        t.push_str(&oh);
+                        if let Some(om) = om {
+                            t.push(':');
+                            t.push_str(&om);
+                        }
+                    }
+                    if bc {
+                        t.push_str(" BC");
+                    }
+                    t
+                },
+            )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+        /// The fixed reader changes nothing: the same value or the same
+        /// error as the cursor, on any text.
+        #[test]
+        fn the_fixed_reader_agrees_with_the_cursor(text in timestamp_text(), with_offset: bool) {
+            proptest::prop_assert_eq!(
+                parse_timestamp(text.as_bytes(), with_offset),
+                by_cursor(text.as_bytes(), with_offset),
+                "{:?}", text
+            );
+        }
+    }
 }
