@@ -318,15 +318,20 @@ impl ZonedTimestamp {
     }
 }
 
-/// Appends `v` in exactly `width` decimal digits (zero-padded; `v` must fit).
+/// Appends `v` in exactly `width` decimal digits (zero-padded; `v` must fit,
+/// `width` at most 10). Built on the stack and appended whole: growing
+/// `out` with zeros first cost a `memset` call per field.
+#[inline]
 fn digits(out: &mut Vec<u8>, mut v: u32, width: usize) {
-    let at = out.len();
-    out.resize(at + width, b'0');
-    for slot in out.get_mut(at..).unwrap_or_default().iter_mut().rev() {
+    let mut buf = [b'0'; 10];
+    let width = width.min(buf.len());
+    let start = buf.len() - width;
+    for slot in buf.get_mut(start..).unwrap_or_default().iter_mut().rev() {
         // `v % 10` is below 10.
         *slot = b'0' + (v % 10) as u8;
         v /= 10;
     }
+    out.extend_from_slice(buf.get(start..).unwrap_or_default());
 }
 
 /// `HH:MM:SS`, then the fraction: `width` digits, or trimmed when `None`.
