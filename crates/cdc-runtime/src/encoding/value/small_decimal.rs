@@ -33,29 +33,37 @@ impl SmallDecimal {
             Some((b'-', rest)) => (true, rest),
             _ => (false, s.as_bytes()),
         };
-        let mut unscaled: u128 = 0;
-        let mut int_digits = 0usize;
-        let mut scale = 0i32;
-        let mut point = false;
-        for &b in bytes {
-            match b {
-                b'0'..=b'9' => {
-                    unscaled = unscaled
-                        .checked_mul(10)?
-                        .checked_add(u128::from(b - b'0'))?;
-                    if point {
-                        scale += 1;
-                    } else {
-                        int_digits += 1;
-                    }
-                }
-                b'.' if !point => point = true,
-                _ => return None,
-            }
-        }
-        if int_digits == 0 {
+        let (int, frac) = match bytes.iter().position(|&b| b == b'.') {
+            Some(p) => (bytes.get(..p)?, bytes.get(p + 1..)?),
+            None => (bytes, &[][..]),
+        };
+        if int.is_empty() {
             return None;
         }
+        let scale = i32::try_from(frac.len()).ok()?;
+        // Up to 19 digits cannot overflow a u64, whose arithmetic costs a
+        // fraction of the u128's checked steps.
+        let unscaled = if int.len() + frac.len() <= 19 {
+            let small = |acc: u64, part: &[u8]| {
+                part.iter().try_fold(acc, |v, &b| {
+                    let d = b.wrapping_sub(b'0');
+                    (d < 10).then(|| v * 10 + u64::from(d))
+                })
+            };
+            u128::from(small(small(0, int)?, frac)?)
+        } else {
+            let big = |acc: u128, part: &[u8]| {
+                part.iter().try_fold(acc, |v, &b| {
+                    let d = b.wrapping_sub(b'0');
+                    if d < 10 {
+                        v.checked_mul(10)?.checked_add(u128::from(d))
+                    } else {
+                        None
+                    }
+                })
+            };
+            big(big(0, int)?, frac)?
+        };
         Some(SmallDecimal::new(negative, unscaled, scale)).filter(SmallDecimal::fits)
     }
 
@@ -100,9 +108,18 @@ impl SmallDecimal {
             return SmallDecimal::new(false, 0, 0);
         }
         let mut v = self;
-        while v.scale > 0 && v.unscaled % 10 == 0 {
+        // A u128 division is a library call; most values fit a u64, where
+        // dividing by 10 is a multiply, so they finish there.
+        while v.scale > 0 && u64::try_from(v.unscaled).is_err() && v.unscaled % 10 == 0 {
             v.unscaled /= 10;
             v.scale -= 1;
+        }
+        if let Ok(mut small) = u64::try_from(v.unscaled) {
+            while v.scale > 0 && small % 10 == 0 {
+                small /= 10;
+                v.scale -= 1;
+            }
+            v.unscaled = u128::from(small);
         }
         v
     }
@@ -114,16 +131,15 @@ impl SmallDecimal {
         let magnitude = self.unscaled as i128;
         let value = if self.negative { -magnitude } else { magnitude };
         let bytes = value.to_be_bytes();
-        let mut first = 0;
-        while first + 1 < bytes.len() {
-            let (head, next) = (bytes[first], bytes[first + 1]);
-            let redundant = (head == 0 && next & 0x80 == 0) || (head == 0xff && next & 0x80 != 0);
-            if !redundant {
-                break;
-            }
-            first += 1;
-        }
-        write_base64(out, &bytes[first..]);
+        // The leading bits that only repeat the sign; the bytes kept hold
+        // the rest and one sign bit.
+        let sign_bits = if value < 0 {
+            value.leading_ones()
+        } else {
+            value.leading_zeros()
+        };
+        let len = ((128 - sign_bits) / 8 + 1).min(16) as usize;
+        write_base64(out, bytes.get(16 - len..).unwrap_or(&bytes));
     }
 
     /// `{"scale":N,"value":"<base64>"}` of the stripped value.
@@ -144,13 +160,36 @@ mod tests {
         assert_eq!(d("007"), Some(SmallDecimal::new(false, 7, 0)));
         assert_eq!(d("1."), Some(SmallDecimal::new(false, 1, 0)));
         assert_eq!(d("-0.00"), Some(SmallDecimal::new(false, 0, 2)));
-        for bad in ["", "-", ".5", "1.2.3", "1e5", "+1", " 1", "1_0", "--1"] {
+        for bad in [
+            "", "-", ".5", "1.2.3", "1e5", "+1", " 1", "1_0", "--1", "1:5", "1/5", "1.:", "/",
+        ] {
             assert_eq!(d(bad), None, "{bad:?}");
         }
         // 39 nines do not fit an i128; 38 do.
         assert!(d(&"9".repeat(38)).is_some());
         assert_eq!(d(&"9".repeat(39)), None);
         assert_eq!(d(&"0".repeat(MAX_TEXT + 1)), None);
+    }
+
+    #[test]
+    fn strips_trailing_zeros_down_to_scale_zero() {
+        let stripped = |s: &str| SmallDecimal::parse(s).map(SmallDecimal::stripped);
+        let v = |unscaled: u128, scale| Some(SmallDecimal::new(false, unscaled, scale));
+        assert_eq!(stripped("1.0"), v(1, 0));
+        assert_eq!(stripped("1.50"), v(15, 1));
+        assert_eq!(stripped("100.00"), v(100, 0));
+        assert_eq!(stripped("-0.000"), v(0, 0));
+        assert_eq!(stripped("-2.500"), Some(SmallDecimal::new(true, 25, 1)));
+        // Past a u64 with the zeros, within one once they are gone.
+        assert_eq!(
+            stripped("12345678901234567.000000"),
+            v(12_345_678_901_234_567, 0)
+        );
+        // Past a u64 either way.
+        assert_eq!(
+            stripped("123456789012345678901.2300"),
+            v(12_345_678_901_234_567_890_123, 2)
+        );
     }
 
     #[test]
