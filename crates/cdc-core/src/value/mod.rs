@@ -301,6 +301,7 @@ pub fn validate_text(type_oid: Oid, raw: &[u8]) -> Result<(), ValueError> {
         INT8 => scalar::int_text::<i64>(type_oid, raw).map(drop),
         OID => scalar::int_text::<u32>(type_oid, raw).map(drop),
         TEXT | VARCHAR | BPCHAR | NAME | JSON | JSONB => scalar::validate_utf8(type_oid, raw),
+        NUMERIC => numeric::validate_numeric_text(type_oid, raw),
         _ => decode_text(type_oid, raw).map(drop),
     }
 }

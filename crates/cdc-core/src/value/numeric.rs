@@ -72,14 +72,30 @@ impl fmt::Display for Numeric<'_> {
 }
 
 /// `-?[0-9]+(\.[0-9]+)?`
+/// `-?[0-9]+(\.[0-9]+)?`, in one pass.
 fn is_decimal(s: &[u8]) -> bool {
     let s = s.strip_prefix(b"-").unwrap_or(s);
-    let (int, frac) = match s.iter().position(|&b| b == b'.') {
-        Some(p) => (s.get(..p).unwrap_or_default(), s.get(p + 1..)),
-        None => (s, None),
-    };
-    let digits = |d: &[u8]| !d.is_empty() && d.iter().all(u8::is_ascii_digit);
-    digits(int) && frac.is_none_or(digits)
+    // Digits before the point, and after it once it is seen.
+    let (mut int, mut frac) = (0usize, None::<usize>);
+    for &b in s {
+        match (b, &mut frac) {
+            (b'0'..=b'9', None) => int += 1,
+            (b'0'..=b'9', Some(n)) => *n += 1,
+            (b'.', None) => frac = Some(0),
+            _ => return false,
+        }
+    }
+    int > 0 && frac != Some(0)
+}
+
+/// Whether [`numeric_text`] accepts `raw`, with its error when it does not,
+/// without checking UTF-8 first: a decimal is ASCII by its pattern.
+pub(crate) fn validate_numeric_text(oid: Oid, raw: &[u8]) -> Result<(), ValueError> {
+    if is_decimal(raw) || matches!(raw, b"NaN" | b"Infinity" | b"-Infinity") {
+        Ok(())
+    } else {
+        numeric_text(oid, raw).map(drop)
+    }
 }
 
 pub(crate) fn numeric_text(oid: Oid, raw: &[u8]) -> Result<Numeric<'_>, ValueError> {
@@ -167,4 +183,57 @@ pub(crate) fn numeric_binary(oid: Oid, raw: &[u8]) -> Result<Numeric<'static>, V
 fn push4(out: &mut String, d: u16) {
     use fmt::Write;
     let _ = write!(out, "{d:04}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pattern, read the plain way.
+    fn is_decimal_by_parts(s: &[u8]) -> bool {
+        let s = s.strip_prefix(b"-").unwrap_or(s);
+        let (int, frac) = match s.iter().position(|&b| b == b'.') {
+            Some(p) => (s.get(..p).unwrap_or_default(), s.get(p + 1..)),
+            None => (s, None),
+        };
+        let digits = |d: &[u8]| !d.is_empty() && d.iter().all(u8::is_ascii_digit);
+        digits(int) && frac.is_none_or(digits)
+    }
+
+    #[test]
+    fn decimals_in_numeric_outs_form_only() {
+        for good in [
+            "0",
+            "-1",
+            "1.5",
+            "-0.000",
+            "123456789012345678901234567890.1",
+        ] {
+            assert!(is_decimal(good.as_bytes()), "{good}");
+        }
+        for bad in [
+            "", "-", ".", "1.", ".5", "-.5", "1.2.3", "--1", "+1", "1e5", " 1", "1 ", "NaN",
+        ] {
+            assert!(!is_decimal(bad.as_bytes()), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Validating accepts exactly what decoding accepts, with its error.
+        #[test]
+        fn validating_agrees_with_decoding(
+            text in "-?[0-9.]{0,6}(-|[0-9.a ]){0,3}|NaN|-?Infinity|Inf|[\\PC]{0,4}",
+        ) {
+            let oid = crate::types::NUMERIC;
+            proptest::prop_assert_eq!(
+                validate_numeric_text(oid, text.as_bytes()),
+                numeric_text(oid, text.as_bytes()).map(drop)
+            );
+        }
+
+        #[test]
+        fn the_one_pass_check_reads_the_pattern(text in "-?[0-9.]{0,6}(-|[0-9.a ]){0,3}") {
+            proptest::prop_assert_eq!(is_decimal(text.as_bytes()), is_decimal_by_parts(text.as_bytes()));
+        }
+    }
 }
