@@ -71,7 +71,6 @@ impl fmt::Display for Numeric<'_> {
     }
 }
 
-/// `-?[0-9]+(\.[0-9]+)?`
 /// `-?[0-9]+(\.[0-9]+)?`, in one pass.
 fn is_decimal(s: &[u8]) -> bool {
     let s = s.strip_prefix(b"-").unwrap_or(s);
