@@ -45,6 +45,9 @@ pub(crate) enum TextKind {
     Integer,
     /// `text`/`varchar`/`bpchar`/`name`/`json`/`jsonb`: the text, escaped.
     Text,
+    /// `timestamptz`: in the Debezium style, the text's digits when the
+    /// server wrote it in UTC.
+    TimestampTz,
     /// Anything else: decoded, then written as its value.
     Other,
 }
@@ -56,6 +59,7 @@ impl TextKind {
         match type_oid {
             INT2 | INT4 | INT8 | OID => TextKind::Integer,
             TEXT | VARCHAR | BPCHAR | NAME | JSON | JSONB => TextKind::Text,
+            TIMESTAMPTZ => TextKind::TimestampTz,
             _ => TextKind::Other,
         }
     }
@@ -63,8 +67,9 @@ impl TextKind {
 
 /// Writes one column of a row in `style` (`facts`: the column's catalog
 /// facts, which the Debezium style uses): as its decoded value, but copying
-/// the text of the commonest types (integers, text, json) as the server sent
-/// it where that is the same JSON, without decoding.
+/// the text of the commonest types (integers, text, json; in the Debezium
+/// style a `timestamptz` in UTC) as the server sent it where that gives the
+/// same JSON, without decoding.
 pub(crate) fn write_cell(
     out: &mut Vec<u8>,
     col: &ColumnSchema,
@@ -96,6 +101,13 @@ pub(crate) fn write_cell_as(
             out.push(b'"');
             write_escaped_utf8(out, raw);
             out.push(b'"');
+        }
+        (Cell::Wire(TupleValue::Text(raw)), TextKind::TimestampTz)
+            if matches!(style, ValueStyle::Debezium(_)) =>
+        {
+            if !temporal::copy_utc_timestamptz(out, raw, col.type_modifier) {
+                write_cell_decoded(out, col, facts, cell, style);
+            }
         }
         (Cell::Wire(TupleValue::Null), _) => out.extend_from_slice(b"null"),
         _ => write_cell_decoded(out, col, facts, cell, style),

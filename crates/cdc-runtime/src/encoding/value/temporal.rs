@@ -136,6 +136,78 @@ pub(crate) fn write_timestamptz(out: &mut Vec<u8>, ts: &Infinitable<TimestampTz>
     }
 }
 
+/// A `timestamptz`'s text as the server writes it with `TimeZone` UTC
+/// (`YYYY-MM-DD HH:MM:SS[.f…]+00`, years 1 to 9999, up to six fraction
+/// digits) copied into the `ZonedTimestamp` that [`write_timestamptz`]
+/// writes for it, without decoding: the date and clock are the text's own
+/// digits, so only their ranges are checked. Returns false, writing
+/// nothing, for any other text, which the caller decodes.
+pub(crate) fn copy_utc_timestamptz(out: &mut Vec<u8>, raw: &[u8], typmod: i32) -> bool {
+    let Some((date_time, rest)) = raw.split_first_chunk::<19>() else {
+        return false;
+    };
+    let Some(fraction) = rest.strip_suffix(b"+00") else {
+        return false;
+    };
+    let [y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1, b' ', h0, h1, b':', i0, i1, b':', s0, s1] =
+        *date_time
+    else {
+        return false;
+    };
+    let fields = [y0, y1, y2, y3, m0, m1, d0, d1, h0, h1, i0, i1, s0, s1];
+    if !fields.iter().all(u8::is_ascii_digit) {
+        return false;
+    }
+    let two = |a: u8, b: u8| u32::from(a - b'0') * 10 + u32::from(b - b'0');
+    let (year, month, day) = (two(y0, y1) * 100 + two(y2, y3), two(m0, m1), two(d0, d1));
+    if year == 0
+        || !(1..=12).contains(&month)
+        || day == 0
+        || day > days_in_month(year, month)
+        || two(h0, h1) > 23
+        || two(i0, i1) > 59
+        || two(s0, s1) > 59
+    {
+        return false;
+    }
+    // The fraction as six digits, as the decoded value's microseconds.
+    let mut micros = [b'0'; 6];
+    match fraction {
+        [] => {}
+        [b'.', digits @ ..] if digits.iter().all(u8::is_ascii_digit) => {
+            match micros.get_mut(..digits.len()) {
+                Some(head) if !digits.is_empty() => head.copy_from_slice(digits),
+                _ => return false,
+            }
+        }
+        _ => return false,
+    }
+    let keep = match fraction_width(typmod) {
+        // Trimmed of trailing zeros.
+        0 => micros.len() - micros.iter().rev().take_while(|&&b| b == b'0').count(),
+        w => w.min(micros.len()),
+    };
+    out.extend_from_slice(&[
+        b'"', y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1, b'T', h0, h1, b':', i0, i1, b':', s0, s1,
+    ]);
+    if let Some(kept @ [_, ..]) = micros.get(..keep) {
+        out.push(b'.');
+        out.extend_from_slice(kept);
+    }
+    out.extend_from_slice(b"Z\"");
+    true
+}
+
+/// Days in `month` (1–12) of the proleptic Gregorian `year`.
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
 /// The fraction digits of a `timestamptz(p)`: p, or 6 without a modifier.
 fn fraction_width(typmod: i32) -> usize {
     usize::try_from(typmod)
@@ -532,6 +604,117 @@ mod tests {
         assert_eq!(
             out(|o| write_timetz(o, ttz("00:30:00+01"))),
             "\"23:30:00Z\""
+        );
+    }
+
+    /// The decoding path for a `timestamptz`'s text: what the copy must
+    /// match, or `None` where the text does not decode.
+    fn decoded_timestamptz(raw: &[u8], typmod: i32) -> Option<String> {
+        match cdc_core::decode_text(cdc_core::types::TIMESTAMPTZ, raw).ok()? {
+            cdc_core::Value::TimestampTz(ts) => Some(out(|o| write_timestamptz(o, &ts, typmod))),
+            _ => None,
+        }
+    }
+
+    /// The text the server writes for `ts` with `TimeZone` UTC (years 1 to
+    /// 9999): ISO date and clock, the fraction trimmed, `+00`.
+    fn server_text(ts: TimestampTz) -> String {
+        ZonedTimestamp { ts, width: 0 }
+            .to_string()
+            .replace('T', " ")
+            .replace('Z', "+00")
+    }
+
+    proptest::proptest! {
+        /// The server's UTC text is copied, and the copy is what decoding
+        /// writes; text changed in one byte is copied only where decoding
+        /// writes the same, and never where it does not decode.
+        #[test]
+        fn utc_text_copies_as_decoding_writes(
+            // 0001-01-01 up to 10000-01-01, in microseconds since 2000.
+            micros in -63_082_281_600_000_000_i64..252_455_616_000_000_000,
+            round in proptest::sample::select(vec![1_i64, 10, 1_000, 100_000, 1_000_000, 86_400_000_000]),
+            typmod in -1_i32..=7,
+            change in proptest::option::of((0_usize..40, proptest::sample::select(b"0123456789-: .+T/x".to_vec()))),
+        ) {
+            let ts = TimestampTz::from_micros_since_2000(micros - micros.rem_euclid(round)).unwrap();
+            let text = server_text(ts);
+            let mut copied = Vec::new();
+            proptest::prop_assert!(copy_utc_timestamptz(&mut copied, text.as_bytes(), typmod), "{text}");
+            proptest::prop_assert_eq!(
+                Some(String::from_utf8(copied).unwrap()),
+                decoded_timestamptz(text.as_bytes(), typmod),
+                "{}", text
+            );
+            if let Some((at, byte)) = change {
+                let mut raw = text.into_bytes();
+                match raw.get_mut(at) {
+                    Some(b) => *b = byte,
+                    None => raw.push(byte),
+                }
+                let mut copied = Vec::new();
+                if copy_utc_timestamptz(&mut copied, &raw, typmod) {
+                    proptest::prop_assert_eq!(
+                        Some(String::from_utf8(copied).unwrap()),
+                        decoded_timestamptz(&raw, typmod),
+                        "{}", String::from_utf8_lossy(&raw)
+                    );
+                } else {
+                    proptest::prop_assert!(copied.is_empty());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn utc_text_copies_only_the_servers_shape() {
+        let copy = |text: &str, typmod| {
+            let mut o = Vec::new();
+            copy_utc_timestamptz(&mut o, text.as_bytes(), typmod)
+                .then(|| String::from_utf8(o).unwrap())
+        };
+        assert_eq!(
+            copy("2024-02-29 23:59:59.5+00", -1).as_deref(),
+            Some("\"2024-02-29T23:59:59.500000Z\"")
+        );
+        assert_eq!(
+            copy("2024-02-29 23:59:59.5+00", 0).as_deref(),
+            Some("\"2024-02-29T23:59:59.5Z\"")
+        );
+        assert_eq!(
+            copy("2024-02-29 23:59:59.000120+00", 3).as_deref(),
+            Some("\"2024-02-29T23:59:59.000Z\"")
+        );
+        assert_eq!(
+            copy("2024-01-15 04:05:06+00", 0).as_deref(),
+            Some("\"2024-01-15T04:05:06Z\"")
+        );
+        for other in [
+            "2023-02-29 00:00:00+00", // not a leap year
+            "1900-02-29 00:00:00+00", // nor is 1900
+            "2024-04-31 00:00:00+00",
+            "2024-13-01 00:00:00+00",
+            "2024-00-01 00:00:00+00",
+            "2024-01-00 00:00:00+00",
+            "0000-01-01 00:00:00+00",
+            "2024-01-15 24:00:00+00",
+            "2024-01-15 23:60:00+00",
+            "2024-01-15 23:59:60+00",
+            "2024-01-15 04:05:06+02", // another zone: decoded
+            "2024-01-15 04:05:06+00:30",
+            "2024-01-15 04:05:06.+00",
+            "2024-01-15 04:05:06.1234567+00",
+            "2024-01-15 04:05:06+00 BC",
+            "12024-01-15 04:05:06+00",
+            "2024-01-15T04:05:06+00",
+            "infinity",
+            "",
+        ] {
+            assert_eq!(copy(other, -1), None, "{other}");
+        }
+        assert!(
+            copy("2000-02-29 00:00:00+00", -1).is_some(),
+            "2000 is a leap year"
         );
     }
 }

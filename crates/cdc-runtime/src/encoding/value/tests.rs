@@ -277,3 +277,33 @@ fn rows_without_columns_or_row() {
     write_debezium_row(&mut out, &t, None, RowRole::Before, &o, None);
     assert_eq!(out, b"null");
 }
+
+/// A `timestamptz` as the server's text is written as its decoded value in
+/// both styles: copied in the Debezium style when in UTC, decoded otherwise.
+#[test]
+fn timestamptz_text_writes_as_its_value_in_both_styles() {
+    let o = DebeziumOptions::default();
+    for typmod in [-1, 0, 3] {
+        let c = col("ts", types::TIMESTAMPTZ, typmod, false);
+        for text in [
+            "2024-01-15 04:05:06+00",
+            "2024-01-15 04:05:06.25+00",
+            "2024-01-15 04:05:06.25+02",
+            "0044-03-15 12:00:00+00 BC",
+        ] {
+            let value = v(types::TIMESTAMPTZ, text);
+            for style in [ValueStyle::Plain, ValueStyle::Debezium(&o)] {
+                let mut copied = Vec::new();
+                let wire = cdc_core::TupleValue::Text(text.as_bytes());
+                write_cell(&mut copied, &c, None, Cell::Wire(wire), style);
+                let mut decoded = Vec::new();
+                write_cell(&mut decoded, &c, None, Cell::Value(&value), style);
+                assert_eq!(
+                    String::from_utf8(copied).unwrap(),
+                    String::from_utf8(decoded).unwrap(),
+                    "{text} typmod {typmod}"
+                );
+            }
+        }
+    }
+}
