@@ -97,6 +97,12 @@ impl Date {
         Date::from_days_since_2000(i32::try_from(days).ok()?)
     }
 
+    /// The days in `month` (1-12) of the astronomical `year` in the proleptic
+    /// Gregorian calendar; 0 for any other month.
+    pub fn days_in_month(year: i32, month: u32) -> u32 {
+        days_in_month(i64::from(year), month)
+    }
+
     /// `(astronomical year, month 1-12, day 1-31)`.
     pub fn ymd(self) -> (i32, u32, u32) {
         let (y, m, d) = civil_from_days(self.days_since_unix_epoch());
@@ -439,6 +445,23 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn days_in_month_follows_the_gregorian_leap_rule() {
+        let feb = |y| Date::days_in_month(y, 2);
+        assert_eq!(
+            (feb(2024), feb(2023), feb(1900), feb(2000), feb(0)),
+            (29, 28, 28, 29, 29)
+        );
+        assert_eq!(
+            (Date::days_in_month(2024, 4), Date::days_in_month(2024, 12)),
+            (30, 31)
+        );
+        assert_eq!(
+            (Date::days_in_month(2024, 0), Date::days_in_month(2024, 13)),
+            (0, 0)
+        );
+    }
 
     #[test]
     fn calendar_edges_match_postgres_epochs() {

@@ -160,10 +160,12 @@ pub(crate) fn copy_utc_timestamptz(out: &mut Vec<u8>, raw: &[u8], typmod: i32) -
     }
     let two = |a: u8, b: u8| u32::from(a - b'0') * 10 + u32::from(b - b'0');
     let (year, month, day) = (two(y0, y1) * 100 + two(y2, y3), two(m0, m1), two(d0, d1));
+    // A real day of a real month (no days in month 13). Year 0 is not the
+    // server's: it writes 1 BC as `0001-… BC`.
+    let days = i32::try_from(year).map_or(0, |y| Date::days_in_month(y, month));
     if year == 0
-        || !(1..=12).contains(&month)
         || day == 0
-        || day > days_in_month(year, month)
+        || day > days
         || two(h0, h1) > 23
         || two(i0, i1) > 59
         || two(s0, s1) > 59
@@ -196,16 +198,6 @@ pub(crate) fn copy_utc_timestamptz(out: &mut Vec<u8>, raw: &[u8], typmod: i32) -
     }
     out.extend_from_slice(b"Z\"");
     true
-}
-
-/// Days in `month` (1–12) of the proleptic Gregorian `year`.
-fn days_in_month(year: u32, month: u32) -> u32 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
 }
 
 /// The fraction digits of a `timestamptz(p)`: p, or 6 without a modifier.
