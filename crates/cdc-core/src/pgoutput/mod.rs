@@ -19,7 +19,7 @@ pub use message::{
     RollbackPrepared, StreamAbort, StreamAbortInfo, StreamCommit, StreamStart, Truncate, Type,
     Update,
 };
-pub use tuple::{TupleData, TupleIter, TupleValue};
+pub use tuple::{ColumnHeader, TupleData, TupleIter, TupleValue};
 
 /// A pgoutput `proto_version`, checked to be one this crate decodes (1..=4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -29,6 +29,50 @@ impl<'a> TupleValue<'a> {
             TupleValue::Null | TupleValue::UnchangedToast => None,
         }
     }
+
+    /// What a TupleData holds of this column before the value's bytes (which
+    /// [`bytes`](Self::bytes) gives): its kind byte, and for a value its
+    /// length. `None` for a value longer than `i32::MAX` bytes, which the
+    /// protocol cannot carry.
+    ///
+    /// ```
+    /// use cdc_core::pgoutput::TupleValue;
+    ///
+    /// assert_eq!(TupleValue::Null.header().unwrap().as_bytes(), b"n");
+    /// assert_eq!(TupleValue::Binary(b"xy").header().unwrap().as_bytes(), b"b\0\0\0\x02");
+    /// ```
+    #[inline]
+    pub fn header(&self) -> Option<ColumnHeader> {
+        let (kind, value) = match *self {
+            TupleValue::Null => (b'n', None),
+            TupleValue::UnchangedToast => (b'u', None),
+            TupleValue::Text(b) => (b't', Some(b)),
+            TupleValue::Binary(b) => (b'b', Some(b)),
+        };
+        let mut bytes = [kind, 0, 0, 0, 0];
+        let Some(value) = value else {
+            return Some(ColumnHeader { bytes, len: 1 });
+        };
+        let [_, length @ ..] = &mut bytes;
+        *length = i32::try_from(value.len()).ok()?.to_be_bytes();
+        Some(ColumnHeader { bytes, len: 5 })
+    }
+}
+
+/// The bytes of a TupleData column before its value (see
+/// [`TupleValue::header`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnHeader {
+    bytes: [u8; 5],
+    len: u8,
+}
+
+impl ColumnHeader {
+    /// The kind byte, then the value's length if there is a value.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..usize::from(self.len)).unwrap_or_default()
+    }
 }
 
 /// The columns of one row, as a pgoutput message carries them.
@@ -66,19 +110,8 @@ impl<'a> TupleData<'a> {
             .filter(|&c| c <= i16::MAX as u16)?;
         let mut raw = Vec::new();
         for v in values {
-            match v {
-                TupleValue::Null => raw.push(b'n'),
-                TupleValue::UnchangedToast => raw.push(b'u'),
-                TupleValue::Text(b) | TupleValue::Binary(b) => {
-                    raw.push(if matches!(v, TupleValue::Text(_)) {
-                        b't'
-                    } else {
-                        b'b'
-                    });
-                    raw.extend_from_slice(&i32::try_from(b.len()).ok()?.to_be_bytes());
-                    raw.extend_from_slice(b);
-                }
-            }
+            raw.extend_from_slice(v.header()?.as_bytes());
+            raw.extend_from_slice(v.bytes().unwrap_or_default());
         }
         Some(TupleData {
             raw: Cow::Owned(raw),

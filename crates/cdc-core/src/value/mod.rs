@@ -314,6 +314,7 @@ pub fn validate_binary(type_oid: Oid, raw: &[u8]) -> Result<(), ValueError> {
     use types::*;
     match type_oid {
         TEXT | VARCHAR | BPCHAR | NAME => scalar::validate_utf8(type_oid, raw),
+        NUMERIC => numeric::validate_numeric_binary(type_oid, raw),
         _ => decode_binary(type_oid, raw).map(drop),
     }
 }

@@ -112,76 +112,136 @@ const NUMERIC_NINF: u16 = 0xF000;
 const NUMERIC_DSCALE_MASK: u16 = 0x3FFF;
 const NBASE: i16 = 10000;
 
-/// `numeric_send`: `u16 ndigits, i16 weight, u16 sign, u16 dscale, ndigits x i16` base-10000
-/// digits, the first worth `10000^weight`. Printed like `get_str_from_var` after
-/// `numeric_recv`'s truncation to `dscale`.
-pub(crate) fn numeric_binary(oid: Oid, raw: &[u8]) -> Result<Numeric<'static>, ValueError> {
+/// The checked parts of a `numeric_send` form.
+struct BinaryParts<'a> {
+    sign: u16,
+    weight: i64,
+    dscale: usize,
+    /// The base-10000 digits, two bytes each, every one below 10000.
+    digits: &'a [u8],
+}
+
+impl BinaryParts<'_> {
+    /// Base-10000 digit `i` (0 is worth `10000^weight`); 0 outside the
+    /// digits sent.
+    fn digit(&self, i: i64) -> u16 {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| self.digits.get(i.checked_mul(2)?..)?.first_chunk::<2>())
+            .map_or(0, |d| u16::from_be_bytes(*d))
+    }
+}
+
+/// `numeric_send`: `u16 ndigits, i16 weight, u16 sign, u16 dscale, ndigits x i16`
+/// base-10000 digits, the first worth `10000^weight`. Checks everything
+/// [`numeric_binary`] needs, in the order it reports errors.
+fn numeric_binary_parts(oid: Oid, raw: &[u8]) -> Result<BinaryParts<'_>, ValueError> {
     let bad = |reason| ValueError::binary(oid, raw, reason);
-    let word = |i: usize| -> Option<[u8; 2]> { raw.get(i..i + 2).and_then(|s| s.try_into().ok()) };
-    let (Some(n), Some(w), Some(s), Some(d)) = (word(0), word(2), word(4), word(6)) else {
+    let Some((header, digits)) = raw.split_first_chunk::<8>() else {
         return Err(bad("shorter than the 8-byte header"));
     };
-    let ndigits = usize::from(u16::from_be_bytes(n));
-    let weight = i64::from(i16::from_be_bytes(w));
-    let sign = u16::from_be_bytes(s);
-    let dscale = u16::from_be_bytes(d);
-    if raw.len() != 8 + 2 * ndigits {
+    let [n0, n1, w0, w1, s0, s1, d0, d1] = *header;
+    let ndigits = usize::from(u16::from_be_bytes([n0, n1]));
+    let dscale = u16::from_be_bytes([d0, d1]);
+    if digits.len() != 2 * ndigits {
         return Err(bad("length does not match the digit count"));
     }
     if dscale & !NUMERIC_DSCALE_MASK != 0 {
         return Err(bad("display scale out of range"));
     }
-    let mut digits = Vec::with_capacity(ndigits);
-    for chunk in raw.get(8..).unwrap_or_default().chunks_exact(2) {
-        let d = i16::from_be_bytes([chunk[0], chunk[1]]);
-        if !(0..NBASE).contains(&d) {
-            return Err(bad("digit out of range 0..10000"));
-        }
-        digits.push(d as u16);
+    if digits
+        .chunks_exact(2)
+        .any(|d| !(0..NBASE).contains(&i16::from_be_bytes([d[0], d[1]])))
+    {
+        return Err(bad("digit out of range 0..10000"));
     }
-    let negative = match sign {
-        NUMERIC_POS => false,
-        NUMERIC_NEG => true,
+    let sign = u16::from_be_bytes([s0, s1]);
+    if !matches!(
+        sign,
+        NUMERIC_POS | NUMERIC_NEG | NUMERIC_NAN | NUMERIC_PINF | NUMERIC_NINF
+    ) {
+        return Err(bad("invalid sign"));
+    }
+    Ok(BinaryParts {
+        sign,
+        weight: i64::from(i16::from_be_bytes([w0, w1])),
+        dscale: usize::from(dscale),
+        digits,
+    })
+}
+
+/// Whether [`numeric_binary`] accepts `raw`, with its error when it does
+/// not, without building the decimal.
+pub(crate) fn validate_numeric_binary(oid: Oid, raw: &[u8]) -> Result<(), ValueError> {
+    numeric_binary_parts(oid, raw).map(drop)
+}
+
+/// Decodes `numeric_send`'s form, printed like `get_str_from_var` after
+/// `numeric_recv`'s truncation to `dscale`.
+pub(crate) fn numeric_binary(oid: Oid, raw: &[u8]) -> Result<Numeric<'static>, ValueError> {
+    let parts = numeric_binary_parts(oid, raw)?;
+    let negative = match parts.sign {
         NUMERIC_NAN => return Ok(Numeric::NaN),
         NUMERIC_PINF => return Ok(Numeric::Infinity),
         NUMERIC_NINF => return Ok(Numeric::NegInfinity),
-        _ => return Err(bad("invalid sign")),
+        sign => sign == NUMERIC_NEG,
     };
-    let dscale = usize::from(dscale);
-    let digit = |i: i64| -> u16 {
-        usize::try_from(i)
-            .ok()
-            .and_then(|i| digits.get(i))
-            .copied()
-            .unwrap_or(0)
-    };
-    // Integer part: base-10000 digits 0..=weight, leading decimal zeros suppressed.
-    let mut int = String::new();
-    for i in 0..=weight {
-        push4(&mut int, digit(i));
+    let (weight, dscale) = (parts.weight, parts.dscale);
+    let int_digits = usize::try_from(weight.saturating_add(1)).unwrap_or(0) * 4;
+    let mut out = String::with_capacity(int_digits.max(1) + dscale + 5);
+    if negative {
+        // Dropped below when every digit printed is zero (no `-0`).
+        out.push('-');
     }
-    let int = int.trim_start_matches('0');
-    let mut out = String::with_capacity(int.len() + dscale + 3);
-    out.push_str(if int.is_empty() { "0" } else { int });
+    // Integer part: base-10000 digits 0..=weight, leading zeros suppressed.
+    let mut started = false;
+    for i in 0..=weight {
+        let d = parts.digit(i);
+        if started {
+            push4(&mut out, d);
+        } else if d != 0 {
+            push_digits(&mut out, d);
+            started = true;
+        }
+    }
+    if !started {
+        out.push('0');
+    }
     if dscale > 0 {
         out.push('.');
-        let mut i = weight + 1;
         let start = out.len();
+        let mut i = weight + 1;
         while out.len() - start < dscale {
-            push4(&mut out, digit(i));
+            push4(&mut out, parts.digit(i));
             i += 1;
         }
         out.truncate(start + dscale);
     }
-    if negative && out.bytes().any(|b| matches!(b, b'1'..=b'9')) {
-        out.insert(0, '-');
+    if negative && !out.bytes().any(|b| matches!(b, b'1'..=b'9')) {
+        out.remove(0);
     }
     Ok(Numeric::Finite(Cow::Owned(out)))
 }
 
+/// A base-10000 digit as four decimal digits.
 fn push4(out: &mut String, d: u16) {
-    use fmt::Write;
-    let _ = write!(out, "{d:04}");
+    for unit in [1000, 100, 10, 1] {
+        out.push(decimal_digit(d / unit));
+    }
+}
+
+/// A nonzero base-10000 digit without leading zeros.
+fn push_digits(out: &mut String, d: u16) {
+    for unit in [1000, 100, 10, 1] {
+        if d >= unit {
+            out.push(decimal_digit(d / unit));
+        }
+    }
+}
+
+/// The last decimal digit of `n`.
+fn decimal_digit(n: u16) -> char {
+    char::from(b'0' + (n % 10) as u8)
 }
 
 #[cfg(test)]
@@ -217,6 +277,124 @@ mod tests {
         }
     }
 
+    /// `numeric_send`'s form decoded the plain way: every digit into a
+    /// vector, each printed with `{:04}`, the integer part's zeros trimmed
+    /// afterwards.
+    fn numeric_binary_by_format(oid: Oid, raw: &[u8]) -> Result<Numeric<'static>, ValueError> {
+        use fmt::Write;
+        let bad = |reason| ValueError::binary(oid, raw, reason);
+        let word = |i: usize| raw.get(i..i + 2).map(|s| [s[0], s[1]]);
+        let (Some(n), Some(w), Some(s), Some(d)) = (word(0), word(2), word(4), word(6)) else {
+            return Err(bad("shorter than the 8-byte header"));
+        };
+        let ndigits = usize::from(u16::from_be_bytes(n));
+        let weight = i64::from(i16::from_be_bytes(w));
+        let dscale = u16::from_be_bytes(d);
+        if raw.len() != 8 + 2 * ndigits {
+            return Err(bad("length does not match the digit count"));
+        }
+        if dscale & !NUMERIC_DSCALE_MASK != 0 {
+            return Err(bad("display scale out of range"));
+        }
+        let mut digits = Vec::new();
+        for c in raw[8..].chunks_exact(2) {
+            let d = i16::from_be_bytes([c[0], c[1]]);
+            if !(0..NBASE).contains(&d) {
+                return Err(bad("digit out of range 0..10000"));
+            }
+            digits.push(d as u16);
+        }
+        let negative = match u16::from_be_bytes(s) {
+            NUMERIC_POS => false,
+            NUMERIC_NEG => true,
+            NUMERIC_NAN => return Ok(Numeric::NaN),
+            NUMERIC_PINF => return Ok(Numeric::Infinity),
+            NUMERIC_NINF => return Ok(Numeric::NegInfinity),
+            _ => return Err(bad("invalid sign")),
+        };
+        let digit = |i: i64| {
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| digits.get(i))
+                .copied()
+                .unwrap_or(0)
+        };
+        let mut int = String::new();
+        for i in 0..=weight {
+            let _ = write!(int, "{:04}", digit(i));
+        }
+        let int = int.trim_start_matches('0');
+        let mut out = String::from(if int.is_empty() { "0" } else { int });
+        let dscale = usize::from(dscale);
+        if dscale > 0 {
+            out.push('.');
+            let start = out.len();
+            let mut i = weight + 1;
+            while out.len() - start < dscale {
+                let _ = write!(out, "{:04}", digit(i));
+                i += 1;
+            }
+            out.truncate(start + dscale);
+        }
+        if negative && out.bytes().any(|b| matches!(b, b'1'..=b'9')) {
+            out.insert(0, '-');
+        }
+        Ok(Numeric::Finite(Cow::Owned(out)))
+    }
+
+    /// Base-10000 digits: any, the edges of each decimal place, and a few out
+    /// of range.
+    fn digit() -> impl proptest::strategy::Strategy<Value = i16> {
+        use proptest::sample::select;
+        proptest::prop_oneof![
+            4 => 0i16..10000,
+            4 => select(vec![0, 1, 9, 10, 99, 100, 999, 1000, 9999]),
+            1 => select(vec![10000, -1, i16::MAX, i16::MIN]),
+        ]
+    }
+
+    /// A `numeric_send` form: a header of the given fields, then `digits`.
+    fn send_form(weight: i16, sign: u16, dscale: u16, digits: &[i16]) -> Vec<u8> {
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&(digits.len() as u16).to_be_bytes());
+        raw.extend_from_slice(&weight.to_be_bytes());
+        raw.extend_from_slice(&sign.to_be_bytes());
+        raw.extend_from_slice(&dscale.to_be_bytes());
+        for d in digits {
+            raw.extend_from_slice(&d.to_be_bytes());
+        }
+        raw
+    }
+
+    #[test]
+    fn binary_forms_print_as_numeric_out_does() {
+        let oid = crate::types::NUMERIC;
+        let cases: [(i16, u16, u16, &[i16], &str); 9] = [
+            (0, NUMERIC_POS, 2, &[12, 5000], "12.50"),
+            (1, NUMERIC_NEG, 0, &[1, 0], "-10000"),
+            (-1, NUMERIC_POS, 5, &[1234], "0.12340"),
+            (-2, NUMERIC_POS, 8, &[7], "0.00000007"),
+            (0, NUMERIC_NEG, 2, &[0, 1], "0.00"),
+            (0, NUMERIC_POS, 0, &[], "0"),
+            (2, NUMERIC_POS, 1, &[9, 999, 10], "909990010.0"),
+            (0, NUMERIC_NAN, 0, &[], "NaN"),
+            (0, NUMERIC_NINF, 0, &[], "-Infinity"),
+        ];
+        for (weight, sign, dscale, digits, text) in cases {
+            let raw = send_form(weight, sign, dscale, digits);
+            assert_eq!(
+                numeric_binary(oid, &raw)
+                    .map(|n| n.as_str().to_owned())
+                    .as_deref(),
+                Ok(text)
+            );
+        }
+        assert!(numeric_binary(oid, &send_form(0, NUMERIC_POS, 0, &[10000])).is_err());
+        assert!(numeric_binary(oid, &send_form(0, 0x1234, 0, &[1])).is_err());
+        assert!(numeric_binary(oid, &send_form(0, NUMERIC_POS, 0x4000, &[1])).is_err());
+        assert!(numeric_binary(oid, &[0, 1, 0, 0, 0, 0, 0]).is_err());
+    }
+
     proptest::proptest! {
         /// Validating accepts exactly what decoding accepts, with its error.
         #[test]
@@ -228,6 +406,30 @@ mod tests {
                 validate_numeric_text(oid, text.as_bytes()),
                 numeric_text(oid, text.as_bytes()).map(drop)
             );
+        }
+
+        /// The digits are printed exactly as the plain way prints them, and
+        /// any form is accepted, or refused with the same error, by
+        /// decoding, validating and the plain way alike.
+        #[test]
+        fn binary_forms_decode_as_printed_the_plain_way(
+            weight in -6i16..6,
+            sign in proptest::sample::select(vec![
+                NUMERIC_POS, NUMERIC_NEG, NUMERIC_POS, NUMERIC_NEG,
+                NUMERIC_NAN, NUMERIC_PINF, NUMERIC_NINF, 0x8000,
+            ]),
+            dscale in proptest::prop_oneof![9 => 0u16..20, 1 => proptest::strategy::Just(0x4000u16)],
+            digits in proptest::collection::vec(digit(), 0..6),
+            cut in proptest::option::weighted(0.1, 0usize..24),
+        ) {
+            let oid = crate::types::NUMERIC;
+            let mut raw = send_form(weight, sign, dscale, &digits);
+            if let Some(cut) = cut {
+                raw.truncate(cut);
+            }
+            let decoded = numeric_binary(oid, &raw);
+            proptest::prop_assert_eq!(&decoded, &numeric_binary_by_format(oid, &raw));
+            proptest::prop_assert_eq!(validate_numeric_binary(oid, &raw), decoded.map(drop));
         }
 
         #[test]
