@@ -21,6 +21,9 @@
 //!   chunk, default the default chunk size) into the null sink, from start
 //!   until the snapshot is complete and every row has reached the sink
 //!   (low/high watermarks, the merge with the stream and the events included).
+//!   With `PGCDC_SNAPSHOT_SINK=debezium` the null sink encodes each event as
+//!   Debezium JSON first, as the file sink would: rows read in binary are
+//!   decoded there, not when read.
 //!
 //! The process uses the pgcdc binary's allocator (mimalloc).
 //!
@@ -32,6 +35,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cdc_runtime::encoding::{DebeziumOptions, JsonEncoder, JsonFormat};
 use cdc_runtime::pipeline::{Pipeline, PipelineOptions};
 use cdc_runtime::replication::ReplicationConfig;
 use cdc_runtime::sinks::NullSink;
@@ -106,6 +110,11 @@ async fn run_shape(cluster: &LocalCluster, shape: &Shape) {
     let rows = env_usize("PGCDC_SNAPSHOT_ROWS", 5_000_000);
     let reps = env_usize("PGCDC_BENCH_REPS", 3).max(1);
     let readers = env_usize("PGCDC_SNAPSHOT_READERS", 2).max(1);
+    let encode = match std::env::var("PGCDC_SNAPSHOT_SINK").as_deref() {
+        Ok("debezium") => true,
+        Ok("null") | Err(_) => false,
+        Ok(other) => panic!("PGCDC_SNAPSHOT_SINK: unknown sink {other:?} (null, debezium)"),
+    };
     let chunk_size = env_usize(
         "PGCDC_SNAPSHOT_CHUNK",
         cdc_runtime::snapshot::DEFAULT_CHUNK_SIZE as usize,
@@ -218,8 +227,14 @@ async fn run_shape(cluster: &LocalCluster, shape: &Shape) {
                     },
                 );
                 let po = PipelineOptions::new(rc.clone(), "snap_slot", "snap_pub");
-                let pipeline =
-                    Pipeline::new(po, vec![Box::new(NullSink::new())]).with_snapshot(plan);
+                let sink = if encode {
+                    NullSink::encoding(JsonEncoder::new(JsonFormat::Debezium(
+                        DebeziumOptions::default(),
+                    )))
+                } else {
+                    NullSink::new()
+                };
+                let pipeline = Pipeline::new(po, vec![Box::new(sink)]).with_snapshot(plan);
                 let mut watch = pipeline.progress();
                 let progress = tokio::time::timeout(
                     Duration::from_secs(1800),
@@ -268,7 +283,12 @@ async fn run_shape(cluster: &LocalCluster, shape: &Shape) {
         mb / copy
     );
     println!(
-        "| pgcdc snapshot → null sink | {pgcdc:.2} | {:.0} | {:.0} | {:.2} ({:.2}–{:.2}) | {cpu:.2} |",
+        "| pgcdc snapshot → {} | {pgcdc:.2} | {:.0} | {:.0} | {:.2} ({:.2}–{:.2}) | {cpu:.2} |",
+        if encode {
+            "null sink, Debezium JSON encoded"
+        } else {
+            "null sink"
+        },
         rows as f64 / pgcdc,
         mb / pgcdc,
         median(ratios),

@@ -7,9 +7,7 @@ use cdc_core::pgoutput::{OldTuple, Relation};
 use cdc_core::{Change, Lsn, Oid, PgTimestamp, RelationCache, TxnEvent, ValueError, Xid};
 
 use super::row::RowArena;
-use super::{
-    ChangeEvent, ColumnSchema, Operation, Row, RowValues, SchemaChange, SourceInfo, TableSchema,
-};
+use super::{ChangeEvent, ColumnSchema, Operation, Row, SchemaChange, SourceInfo, TableSchema};
 pub(crate) use events::decode_row;
 use events::{message_event, row_event, schema_change_event, with_old_toast};
 pub(crate) use positions::ChunkMarks;
@@ -289,7 +287,7 @@ impl EventConverter {
     pub(crate) fn push_reads(
         &mut self,
         table: &Arc<TableSchema>,
-        rows: Vec<RowValues>,
+        rows: Vec<Row>,
         marks: ChunkMarks,
         out: &mut Vec<ChangeEvent>,
     ) -> Result<usize, ConvertError> {
@@ -312,7 +310,7 @@ impl EventConverter {
                 Operation::Read,
                 table.clone(),
                 None,
-                Some(Row::from_values(row)),
+                Some(row),
                 source.clone(),
             );
             ev.index = next;

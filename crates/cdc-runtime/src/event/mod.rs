@@ -44,9 +44,7 @@ pub use position::{
     Position, SnapshotMark, TransactionBoundary, TransactionStatus, MESSAGE_COLLECTION,
 };
 pub use row::Row;
-#[cfg(test)]
-pub(crate) use row::RowArena;
-pub(crate) use row::{decode_cell, Cell};
+pub(crate) use row::{decode_cell, Cell, RowArena};
 pub use schema_change::{ExistingRows, SchemaChange, SchemaChangeItem};
 
 /// What happened to the row.

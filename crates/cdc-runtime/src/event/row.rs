@@ -15,8 +15,10 @@ use super::TableSchema;
 /// slice of a buffer shared by many rows, and decodes them when asked
 /// ([`values`](Self::values)): building and dropping such a row allocates
 /// nothing per value. The converter decoded every column once already, so
-/// decoding again cannot fail. Rows read by a snapshot or derived by an
-/// operator hold decoded values ([`Row::from_values`]).
+/// decoding again cannot fail. Rows a snapshot reads in binary are kept the
+/// same way, as binary columns, validated when read. Rows a snapshot reads
+/// as text, or an operator derives, hold decoded values
+/// ([`Row::from_values`]).
 ///
 /// A TOASTed column the server did not send stays [`Value::UnchangedToast`]:
 /// its value is unknown, not `NULL`.
@@ -175,13 +177,48 @@ impl RowArena {
     /// A row of the columns of `tuple` (which the caller has decoded once).
     pub(crate) fn row(&mut self, tuple: &TupleData<'_>) -> Row {
         let raw = tuple.raw_columns();
-        if self.buf.capacity() - self.buf.len() < raw.len() {
-            // The old buffer stays alive as long as rows point into it.
-            self.buf = BytesMut::with_capacity(raw.len().max(ARENA_CHUNK));
-        }
+        self.reserve(raw.len());
         self.buf.extend_from_slice(raw);
         let count = u16::try_from(tuple.len()).unwrap_or(u16::MAX);
         Row::wire(self.buf.split().freeze(), count)
+    }
+
+    /// A row of the fields of a binary `COPY` row (`None`: NULL), kept in
+    /// their send form as pgoutput's binary columns are. The caller has
+    /// validated every field for its column's type. `size` bounds the
+    /// columns' encoded length (the COPY message's length and one byte a
+    /// field does). `None` with more than `i16::MAX` fields or a field over
+    /// `i32::MAX` bytes, which a COPY row cannot hold.
+    pub(crate) fn binary_row<'f>(
+        &mut self,
+        fields: impl Iterator<Item = Option<&'f [u8]>>,
+        size: usize,
+    ) -> Option<Row> {
+        self.reserve(size);
+        let mut count = 0u16;
+        for field in fields {
+            let column = field.map_or(TupleValue::Null, TupleValue::Binary);
+            let (Some(header), Some(next)) = (column.header(), count.checked_add(1)) else {
+                self.buf.clear();
+                return None;
+            };
+            self.buf.extend_from_slice(header.as_bytes());
+            self.buf.extend_from_slice(field.unwrap_or_default());
+            count = next;
+        }
+        if count > i16::MAX as u16 {
+            self.buf.clear();
+            return None;
+        }
+        Some(Row::wire(self.buf.split().freeze(), count))
+    }
+
+    /// Room for `n` more bytes: a new buffer if the present one is short
+    /// (the old one stays alive as long as rows point into it).
+    fn reserve(&mut self, n: usize) {
+        if self.buf.capacity() - self.buf.len() < n {
+            self.buf = BytesMut::with_capacity(n.max(ARENA_CHUNK));
+        }
     }
 }
 

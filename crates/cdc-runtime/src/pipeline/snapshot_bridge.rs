@@ -159,7 +159,7 @@ impl Source<'_> {
                             op: crate::event::Operation::Read,
                             table: Some(schema.clone()),
                             before: None,
-                            after: Some(crate::event::Row::from_values(row)),
+                            after: Some(row),
                             message: None,
                             schema_change: None,
                             source: ctx.source.clone(),

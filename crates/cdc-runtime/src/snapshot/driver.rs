@@ -17,7 +17,7 @@ use super::merge::{ChunkId, Merger};
 use super::progress::{Display, TableProgress};
 use super::reader::{self, KeyRange, PlanCursor, Start, ToSource};
 use super::{OnUnreadable, SnapshotError, SnapshotOptions};
-use crate::event::{ChunkMarks, RowValues, TableSchema};
+use crate::event::{ChunkMarks, Row, TableSchema};
 use crate::replication::ReplicationConfig;
 use crate::tls_connect::PgClientSettings;
 
@@ -31,7 +31,7 @@ use stream::StreamTable;
 
 /// A merged chunk: its table's event schema, the rows to emit and how to
 /// mark them.
-pub(crate) type MergedChunk = (Arc<TableSchema>, Vec<RowValues>, ChunkMarks);
+pub(crate) type MergedChunk = (Arc<TableSchema>, Vec<Row>, ChunkMarks);
 
 /// A chunk started and not yet emitted (or emitted in the open transaction).
 struct Chunk {
@@ -65,7 +65,7 @@ pub(crate) struct Snapshot {
     replication: ReplicationConfig,
     settings: PgClientSettings,
     options: SnapshotOptions,
-    merger: Merger<usize, RowKey, RowValues>,
+    merger: Merger<usize, RowKey, Row>,
     tx: mpsc::UnboundedSender<ToSource>,
     rx: mpsc::UnboundedReceiver<ToSource>,
     readers: JoinSet<Result<(), SnapshotError>>,

@@ -20,7 +20,7 @@ use super::catalog::SnapshotTable;
 use super::copy::RowDecoder;
 use super::reader::connect;
 use super::{SnapshotError, WATERMARK_PREFIX};
-use crate::event::RowValues;
+use crate::event::Row;
 use crate::replication::{ReplicationConfig, ReplicationConnection, SnapshotAction};
 use crate::tls_connect::PgClientSettings;
 
@@ -33,7 +33,7 @@ pub(crate) enum FromFallback {
     /// committing at or after it.
     Point(Lsn),
     /// Rows of `table` (an index into the fallback's tables).
-    Rows { table: usize, rows: Vec<RowValues> },
+    Rows { table: usize, rows: Vec<Row> },
     /// `table` is copied completely.
     TableDone { table: usize, rows: u64 },
     /// Every table is copied.

@@ -4,6 +4,8 @@ use std::hash::{Hash, Hasher};
 
 use cdc_core::Value;
 
+use crate::event::{decode_cell, Cell, Row, TableSchema};
+
 /// The key columns of a row, as typed values. Snapshot rows (read as text)
 /// and stream events (text or binary) decode to the same values, so keys
 /// compare across both.
@@ -40,6 +42,26 @@ impl RowKey {
             match row.get(i)? {
                 Value::UnchangedToast => return None,
                 v => values.push(v.clone().into_owned()),
+            }
+        }
+        Some(RowKey(values))
+    }
+
+    /// [`of`](Self::of) for a [`Row`] of `table`, decoding only the key
+    /// columns of a row kept as sent.
+    pub(crate) fn of_row(row: &Row, key: &[usize], table: &TableSchema) -> Option<RowKey> {
+        if let Some(values) = row.as_values() {
+            return Self::of(values, key);
+        }
+        let mut values = Vec::with_capacity(key.len());
+        for &i in key {
+            let value = match row.cells().nth(i)? {
+                Cell::Value(v) => v.clone(),
+                Cell::Wire(tv) => decode_cell(tv, table.columns.get(i)?.type_oid).into_owned(),
+            };
+            match value {
+                Value::UnchangedToast => return None,
+                v => values.push(v),
             }
         }
         Some(RowKey(values))

@@ -17,7 +17,7 @@ use super::catalog::SnapshotTable;
 use super::copy::RowDecoder;
 use super::merge::ChunkId;
 use super::{SnapshotError, SnapshotOptions, WATERMARK_PREFIX};
-use crate::event::RowValues;
+use crate::event::Row;
 use crate::replication::{ReplicationConfig, ReplicationConnection};
 use crate::tls_connect::PgClientSettings;
 
@@ -59,10 +59,7 @@ pub(crate) enum ToSource {
         permit: OwnedSemaphorePermit,
     },
     /// The rows of a chunk; its high watermark follows.
-    Rows {
-        chunk: ChunkId,
-        rows: Vec<RowValues>,
-    },
+    Rows { chunk: ChunkId, rows: Vec<Row> },
     /// Every chunk of `table` has been started.
     TablePlanned { table: usize },
 }
@@ -402,7 +399,7 @@ pub(crate) async fn read_range(
     table: &SnapshotTable,
     range: &KeyRange,
     expected: usize,
-) -> Result<Vec<RowValues>, SnapshotError> {
+) -> Result<Vec<Row>, SnapshotError> {
     let mut conditions = Vec::new();
     if let Some(lo) = &range.lo {
         conditions.push(format!("{} > {}", table.key_row(), table.key_literal(lo)));

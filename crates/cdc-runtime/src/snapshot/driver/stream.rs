@@ -11,7 +11,7 @@ use super::super::key::RowKey;
 use super::super::merge::{ChunkId, HighWatermark};
 use super::super::{SnapshotError, WATERMARK_PREFIX};
 use super::{Fallback, MergedChunk, Snapshot};
-use crate::event::{ChangeEvent, ChunkMarks, Operation, RowValues, TableSchema};
+use crate::event::{ChangeEvent, ChunkMarks, Operation, Row, TableSchema};
 
 /// A table of the stream, as the snapshot sees it.
 #[derive(Debug, Clone)]
@@ -69,9 +69,9 @@ impl Snapshot {
             }
             Some(Mark::High(chunk)) => {
                 let tables = &self.tables;
-                let key_of = |row: &RowValues| {
-                    let key = &tables.get(self.chunks.get(&chunk)?.table)?.key;
-                    RowKey::of(row, key)
+                let key_of = |row: &Row| {
+                    let table = tables.get(self.chunks.get(&chunk)?.table)?;
+                    RowKey::of_row(row, &table.key, &table.event_schema)
                 };
                 let merged = self
                     .merger

@@ -223,8 +223,8 @@ fn snapshot_reads_are_marked_and_not_counted() {
     let mut out = feed(&mut conv, &cache, &[begin(7, 0x500)]);
     let schema = Arc::new(TableSchema::from_relation(&a));
     let rows = vec![
-        vec![cdc_core::Value::Int8(1)],
-        vec![cdc_core::Value::Int8(2)],
+        Row::from_values(vec![cdc_core::Value::Int8(1)]),
+        Row::from_values(vec![cdc_core::Value::Int8(2)]),
     ];
     let marks = ChunkMarks {
         first_table: true,
