@@ -71,7 +71,9 @@ use cdc_runtime::sinks::{FileSink, FileSinkOptions, NullSink, Sink};
 use integration_tests::{ClusterOptions, TestPostgres};
 use tokio_postgres::Client;
 
-/// The pgcdc binary's allocator, so the child's CPU and memory are those of `pgcdc run`.
+/// The pgcdc binary's allocator: the system's, or mimalloc with the
+/// `mimalloc` feature (`cargo bench -p pgcdc-benches --features mimalloc`).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -6,7 +6,7 @@
 //! binary again, with `PGCDC_LATENCY_CONFIG` set to a `pgcdc.toml`), which runs
 //! [`pgcdc::run`] as `pgcdc run` does: the configuration text parsed by
 //! [`pgcdc::config::Config`], the runtime threads it says (`[pipeline] worker_threads`
-//! unset, so `TOKIO_WORKER_THREADS` or min(cores, 2)), mimalloc as the allocator. The job
+//! unset, so `TOKIO_WORKER_THREADS` or min(cores, 2)), and its allocator (see `GLOBAL`). The job
 //! creates its slot and publication, takes the (empty) initial snapshot, writes plain
 //! JSON lines to a `file` sink (fsynced at each flush) and saves a checkpoint every
 //! second (`[checkpoint] interval_ms = 1000`) into the source database.
@@ -51,7 +51,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use integration_tests::{ClusterOptions, TestDatabase, TestPostgres};
 
-/// The pgcdc binary's allocator.
+/// The pgcdc binary's allocator: the system's, or mimalloc with the
+/// `mimalloc` feature (`cargo bench -p pgcdc-benches --features mimalloc`).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -25,7 +25,8 @@
 //!   Debezium JSON first, as the file sink would: rows read in binary are
 //!   decoded there, not when read.
 //!
-//! The process uses the pgcdc binary's allocator (mimalloc).
+//! The process uses the pgcdc binary's allocator (the system's; mimalloc with
+//! `--features mimalloc`).
 //!
 //! Rows/s and MB/s (MB of COPY text output, the same for both) are medians;
 //! the ratio is the median of the per-repetition ratios of pgcdc's throughput
@@ -43,8 +44,9 @@ use cdc_runtime::snapshot::{published_tables, SnapshotOptions, SnapshotPlan, Sna
 use integration_tests::{ClusterOptions, LocalCluster, TestPostgres};
 use pgcdc_benches::{median, uptime};
 
-/// The pgcdc binary's allocator (see `src/bin/pgcdc.rs`), so the client side
-/// costs what it costs in the binary.
+/// The pgcdc binary's allocator: the system's, or mimalloc with the
+/// `mimalloc` feature (`cargo bench -p pgcdc-benches --features mimalloc`).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

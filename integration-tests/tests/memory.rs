@@ -6,18 +6,15 @@
 //! (`RssAnon`: heap and stacks) is bounded.
 //!
 //! The bound depends on the build, because the binary under test is the one
-//! built with the tests: 14 MB for a release build (measured 9.1–11.7 MB),
-//! 24 MB for the test profile, whose own crates are unoptimized (measured
-//! 10.4–19.0 MB: the unoptimized binary falls further behind the writer and
-//! holds more queued events). Its code pages (`RssFile`: 13.1–13.6 MB in a
-//! release build, 11.0–11.2 MB with the `dist` profile) are reported, not
-//! bounded: they measure the build. The whole release process so holds
-//! 22–25 MB on this stream, over the 16 MB goal; the pipeline alone (the
-//! `e2e_stream` bench's child, without checkpoints, monitoring or logging)
-//! holds 14–15 MB. About 5 MB of the anonymous memory is what mimalloc keeps:
-//! a build on the system allocator (`--no-default-features`) held 3.0–3.5 MB
-//! anonymous, 15.1–15.4 MB in all, at the same CPU on this stream (see the
-//! README's Performance section for why the default stays on mimalloc).
+//! built with the tests: 14 MB for a release build, 24 MB for the test
+//! profile, whose own crates are unoptimized (measured 10.4–19.0 MB on
+//! mimalloc: the unoptimized binary falls further behind the writer and holds
+//! more queued events). Its code pages (`RssFile`: 13.1–13.3 MB in a release
+//! build on the AMD machine, 11.0–11.2 MB with the `dist` profile on an Intel
+//! one) are reported, not bounded: they measure the build. A release build on
+//! the default system allocator held 2.8–3.1 MB anonymous, 16.0–16.4 MB in
+//! all; with `--features mimalloc` 6.3–8.0 MB anonymous, 19.4–21.1 MB in all
+//! (three alternating runs each; the README's Performance section has more).
 #![cfg(target_os = "linux")]
 // Test code: a failed step must fail the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,6 @@
-//! How the binary's allocator (mimalloc) returns memory it no longer uses.
+//! How the binary's allocator returns memory it no longer uses, when it is
+//! mimalloc (the `mimalloc` feature; the default build uses the system
+//! allocator, and [`tune`] does nothing there).
 //!
 //! mimalloc keeps freed pages committed for `purge_delay` before it gives
 //! them back to the system: 1,000 ms by default in the version linked here

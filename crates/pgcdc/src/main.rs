@@ -21,9 +21,8 @@ use pgcdc::logging::{init_logging, EXIT_TARGET};
 
 use cli::{CheckpointsAction, Cli, Command, SlotAction};
 
-/// mimalloc: the snapshot's readers allocate row values on one thread and the
-/// sinks free them on another, which glibc's malloc serves without a thread
-/// cache hit on either side (a third of the client's instructions per row).
+/// With the `mimalloc` feature, mimalloc; else the system allocator, the
+/// default (see the `mimalloc` feature in Cargo.toml).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
