@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
 
 use cdc_core::{
-    decode_binary, decode_binary_array, types, ArrayDim, Infinitable, Interval, Lsn, Numeric,
-    Value, ValueError,
+    decode_binary, decode_binary_array, types, validate_binary, ArrayDim, Infinitable, Interval,
+    Lsn, Numeric, Value, ValueError,
 };
 
 fn ok(oid: u32, raw: &[u8]) -> Value<'_> {
@@ -145,6 +145,97 @@ fn numeric_rejects_malformed_payloads() {
     bad(types::NUMERIC, &long);
     bad(types::NUMERIC, &[0, 0, 0, 0, 0, 0, 0]);
     bad(types::NUMERIC, &[]);
+}
+
+/// `numeric_send`'s form printed the plain way: each base-10000 digit with
+/// `{:04}`, the integer part's leading zeros trimmed afterwards, the fraction
+/// cut to the display scale, and no sign on a zero. `None` where decoding
+/// must refuse the form.
+fn numeric_by_format(raw: &[u8]) -> Option<String> {
+    use std::fmt::Write;
+    let word = |i: usize| Some(u16::from_be_bytes(raw.get(i..i + 2)?.try_into().ok()?));
+    let (ndigits, weight, sign, dscale) = (word(0)?, word(2)? as i16, word(4)?, word(6)?);
+    let digits: Vec<i16> = raw[8..]
+        .chunks(2)
+        .map(|c| Some(i16::from_be_bytes([c[0], *c.get(1)?])))
+        .collect::<Option<_>>()?;
+    if digits.len() != usize::from(ndigits)
+        || dscale & 0xC000 != 0
+        || digits.iter().any(|d| !(0..10000).contains(d))
+    {
+        return None;
+    }
+    match sign {
+        0xC000 => return Some("NaN".into()),
+        0xD000 => return Some("Infinity".into()),
+        0xF000 => return Some("-Infinity".into()),
+        POS | NEG => {}
+        _ => return None,
+    }
+    let digit = |i: i64| {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| digits.get(i))
+            .copied()
+            .unwrap_or(0)
+    };
+    let mut int = String::new();
+    for i in 0..=i64::from(weight) {
+        let _ = write!(int, "{:04}", digit(i));
+    }
+    let int = int.trim_start_matches('0');
+    let mut out = String::from(if int.is_empty() { "0" } else { int });
+    if dscale > 0 {
+        out.push('.');
+        let start = out.len();
+        let mut i = i64::from(weight) + 1;
+        while out.len() - start < usize::from(dscale) {
+            let _ = write!(out, "{:04}", digit(i));
+            i += 1;
+        }
+        out.truncate(start + usize::from(dscale));
+    }
+    if sign == NEG && out.bytes().any(|b| matches!(b, b'1'..=b'9')) {
+        out.insert(0, '-');
+    }
+    Some(out)
+}
+
+/// Base-10000 digits: any, the edges of each decimal place, and a few out of
+/// range.
+fn numeric_digit() -> impl proptest::strategy::Strategy<Value = i16> {
+    use proptest::sample::select;
+    proptest::prop_oneof![
+        4 => 0i16..10000,
+        4 => select(vec![0, 1, 9, 10, 99, 100, 999, 1000, 9999]),
+        1 => select(vec![10000, -1, i16::MAX, i16::MIN]),
+    ]
+}
+
+proptest::proptest! {
+    /// Any send form, valid or broken, decodes to what the plain way prints,
+    /// or is refused by both; validating accepts exactly what decoding
+    /// accepts, with its error.
+    #[test]
+    fn numeric_send_forms_decode_as_printed_the_plain_way(
+        weight in -6i16..6,
+        sign in proptest::sample::select(vec![POS, NEG, POS, NEG, 0xC000, 0xD000, 0xF000, 0x8000]),
+        dscale in proptest::prop_oneof![9 => 0u16..20, 1 => proptest::strategy::Just(0x4000u16)],
+        digits in proptest::collection::vec(numeric_digit(), 0..6),
+        cut in proptest::option::weighted(0.1, 0usize..24),
+    ) {
+        let mut raw = numeric(weight, sign, dscale, &digits);
+        if let Some(cut) = cut {
+            raw.truncate(cut);
+        }
+        let decoded = decode_binary(types::NUMERIC, &raw);
+        let printed = match &decoded {
+            Ok(Value::Numeric(n)) => Some(n.as_str().to_owned()),
+            _ => None,
+        };
+        proptest::prop_assert_eq!(printed, numeric_by_format(&raw));
+        proptest::prop_assert_eq!(validate_binary(types::NUMERIC, &raw), decoded.map(drop));
+    }
 }
 
 #[test]
