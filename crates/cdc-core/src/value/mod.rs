@@ -26,7 +26,9 @@ pub mod types;
 use std::borrow::Cow;
 
 pub use array::{decode_binary_array, decode_text_array, Array, ArrayDim, MAX_DIMS};
-pub use datetime::{Date, Infinitable, JsonText, Time, TimeTz, Timestamp, TimestampTz};
+pub use datetime::{
+    Date, Infinitable, JsonText, Time, TimeTz, Timestamp, TimestampTz, UtcTimestampText,
+};
 pub use error::ValueError;
 pub use interval::{Interval, Iso8601Interval};
 pub use network::{Inet, MacAddr, MacAddr8};
@@ -284,7 +286,8 @@ pub fn decode_text(type_oid: Oid, raw: &[u8]) -> Result<Value<'_>, ValueError> {
 
 /// Whether `raw` decodes as text of type `type_oid`: exactly when
 /// [`decode_text`] succeeds, with the same error when it does not, but
-/// without building the value for the commonest types (integers and text).
+/// without building the value for the commonest types (integers, text,
+/// `numeric`, and `timestamptz` in the server's UTC form).
 ///
 /// ```
 /// use cdc_core::{decode_text, types, validate_text};
@@ -302,6 +305,8 @@ pub fn validate_text(type_oid: Oid, raw: &[u8]) -> Result<(), ValueError> {
         OID => scalar::int_text::<u32>(type_oid, raw).map(drop),
         TEXT | VARCHAR | BPCHAR | NAME | JSON | JSONB => scalar::validate_utf8(type_oid, raw),
         NUMERIC => numeric::validate_numeric_text(type_oid, raw),
+        // Text in the server's UTC form needs only its fields' ranges checked.
+        TIMESTAMPTZ if UtcTimestampText::parse(raw).is_some() => Ok(()),
         _ => decode_text(type_oid, raw).map(drop),
     }
 }

@@ -6,11 +6,14 @@
 //! throughout, as in PostgreSQL. Parsing lives in [`codec`].
 
 mod codec;
+mod utc_text;
 
 pub(crate) use codec::{
     date_binary, date_text, parse_fraction_digits, time_binary, time_text, timestamp_binary,
     timestamp_text, timestamptz_binary, timestamptz_text, timetz_binary, timetz_text,
 };
+
+pub use utc_text::UtcTimestampText;
 
 use std::fmt;
 

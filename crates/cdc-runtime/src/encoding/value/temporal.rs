@@ -34,7 +34,9 @@
 
 use std::fmt;
 
-use cdc_core::{Date, Infinitable, Interval, Time, TimeTz, Timestamp, TimestampTz};
+use cdc_core::{
+    Date, Infinitable, Interval, Time, TimeTz, Timestamp, TimestampTz, UtcTimestampText,
+};
 
 use super::super::json::{write_display_str, write_int, write_str};
 use crate::encoding::{IntervalHandlingMode, TimePrecisionMode};
@@ -143,55 +145,24 @@ pub(crate) fn write_timestamptz(out: &mut Vec<u8>, ts: &Infinitable<TimestampTz>
 /// digits, so only their ranges are checked. Returns false, writing
 /// nothing, for any other text, which the caller decodes.
 pub(crate) fn copy_utc_timestamptz(out: &mut Vec<u8>, raw: &[u8], typmod: i32) -> bool {
-    let Some((date_time, rest)) = raw.split_first_chunk::<19>() else {
+    let Some(text) = UtcTimestampText::parse(raw) else {
         return false;
     };
-    let Some(fraction) = rest.strip_suffix(b"+00") else {
-        return false;
-    };
-    let [y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1, b' ', h0, h1, b':', i0, i1, b':', s0, s1] =
-        *date_time
-    else {
-        return false;
-    };
-    let fields = [y0, y1, y2, y3, m0, m1, d0, d1, h0, h1, i0, i1, s0, s1];
-    if !fields.iter().all(u8::is_ascii_digit) {
-        return false;
-    }
-    let two = |a: u8, b: u8| u32::from(a - b'0') * 10 + u32::from(b - b'0');
-    let (year, month, day) = (two(y0, y1) * 100 + two(y2, y3), two(m0, m1), two(d0, d1));
-    // A real day of a real month (no days in month 13). Year 0 is not the
-    // server's: it writes 1 BC as `0001-… BC`.
-    let days = i32::try_from(year).map_or(0, |y| Date::days_in_month(y, month));
-    if year == 0
-        || day == 0
-        || day > days
-        || two(h0, h1) > 23
-        || two(i0, i1) > 59
-        || two(s0, s1) > 59
-    {
-        return false;
-    }
     // The fraction as six digits, as the decoded value's microseconds.
     let mut micros = [b'0'; 6];
-    match fraction {
-        [] => {}
-        [b'.', digits @ ..] if digits.iter().all(u8::is_ascii_digit) => {
-            match micros.get_mut(..digits.len()) {
-                Some(head) if !digits.is_empty() => head.copy_from_slice(digits),
-                _ => return false,
-            }
-        }
-        _ => return false,
+    let fraction = text.fraction();
+    if let Some(head) = micros.get_mut(..fraction.len()) {
+        head.copy_from_slice(fraction);
     }
     let keep = match fraction_width(typmod) {
         // Trimmed of trailing zeros.
         0 => micros.len() - micros.iter().rev().take_while(|&&b| b == b'0').count(),
         w => w.min(micros.len()),
     };
-    out.extend_from_slice(&[
-        b'"', y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1, b'T', h0, h1, b':', i0, i1, b':', s0, s1,
-    ]);
+    out.push(b'"');
+    out.extend_from_slice(text.date());
+    out.push(b'T');
+    out.extend_from_slice(text.clock());
     if let Some(kept @ [_, ..]) = micros.get(..keep) {
         out.push(b'.');
         out.extend_from_slice(kept);
