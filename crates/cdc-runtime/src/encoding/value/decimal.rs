@@ -280,18 +280,29 @@ pub(crate) fn write_numeric(
     mode: DecimalHandlingMode,
 ) {
     if let (Numeric::Finite(s), DecimalHandlingMode::Precise) = (n, mode) {
-        if let Some(value) = SmallDecimal::parse(s) {
-            match numeric_scale(typmod) {
-                None => return value.write_variable_scale(out),
-                Some(scale) => {
-                    if let Some(value) = value.with_scale(scale) {
-                        return value.write_unscaled(out);
-                    }
-                }
-            }
+        if write_small_precise(out, s.as_bytes(), typmod) {
+            return;
         }
     }
     write_numeric_digits(out, n, typmod, mode)
+}
+
+/// A finite `numeric`'s text in `precise` mode, when its unscaled integer
+/// fits an `i128` (see [`SmallDecimal`]), as [`write_numeric`] writes it;
+/// false, writing nothing, for anything else. `text` need not have been
+/// decoded: what [`SmallDecimal::parse`] takes is `numeric_out`'s form.
+pub(crate) fn write_small_precise(out: &mut Vec<u8>, text: &[u8], typmod: i32) -> bool {
+    let Some(value) = SmallDecimal::parse(text) else {
+        return false;
+    };
+    match numeric_scale(typmod) {
+        None => value.write_variable_scale(out),
+        Some(scale) => match value.with_scale(scale) {
+            Some(value) => value.write_unscaled(out),
+            None => return false,
+        },
+    }
+    true
 }
 
 /// [`write_numeric`] through the digit string, for any size.

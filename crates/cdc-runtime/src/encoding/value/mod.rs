@@ -48,6 +48,9 @@ pub(crate) enum TextKind {
     /// `timestamptz`: in the Debezium style, the text's digits when the
     /// server wrote it in UTC.
     TimestampTz,
+    /// `numeric`: in the Debezium style's `precise` mode, from the text's
+    /// digits when its unscaled integer fits an `i128`.
+    Numeric,
     /// Anything else: decoded, then written as its value.
     Other,
 }
@@ -60,6 +63,7 @@ impl TextKind {
             INT2 | INT4 | INT8 | OID => TextKind::Integer,
             TEXT | VARCHAR | BPCHAR | NAME | JSON | JSONB => TextKind::Text,
             TIMESTAMPTZ => TextKind::TimestampTz,
+            NUMERIC => TextKind::Numeric,
             _ => TextKind::Other,
         }
     }
@@ -68,8 +72,9 @@ impl TextKind {
 /// Writes one column of a row in `style` (`facts`: the column's catalog
 /// facts, which the Debezium style uses): as its decoded value, but copying
 /// the text of the commonest types (integers, text, json; in the Debezium
-/// style a `timestamptz` in UTC) as the server sent it where that gives the
-/// same JSON, without decoding.
+/// style a `timestamptz` in UTC, and a `numeric` in `precise` mode read
+/// from its digits) as the server sent it where that gives the same JSON,
+/// without decoding.
 pub(crate) fn write_cell(
     out: &mut Vec<u8>,
     col: &ColumnSchema,
@@ -106,6 +111,16 @@ pub(crate) fn write_cell_as(
             if matches!(style, ValueStyle::Debezium(_)) =>
         {
             if !temporal::copy_utc_timestamptz(out, raw, col.type_modifier) {
+                write_cell_decoded(out, col, facts, cell, style);
+            }
+        }
+        // The row was validated when it was converted, so `raw` is
+        // `numeric_out`'s text, which decoding would only borrow.
+        (Cell::Wire(TupleValue::Text(raw)), TextKind::Numeric)
+            if matches!(style, ValueStyle::Debezium(o)
+                if o.decimal_handling_mode == crate::encoding::DecimalHandlingMode::Precise) =>
+        {
+            if !decimal::write_small_precise(out, raw, col.type_modifier) {
                 write_cell_decoded(out, col, facts, cell, style);
             }
         }

@@ -25,13 +25,13 @@ impl SmallDecimal {
     /// Parses `-?[0-9]+(\.[0-9]*)?` (what [`super::decimal::Decimal::parse`]
     /// accepts); `None` for anything else or a value too large for an
     /// `i128`.
-    pub(super) fn parse(s: &str) -> Option<SmallDecimal> {
+    pub(super) fn parse(s: &[u8]) -> Option<SmallDecimal> {
         if s.len() > MAX_TEXT {
             return None;
         }
-        let (negative, bytes) = match s.as_bytes().split_first() {
+        let (negative, bytes) = match s.split_first() {
             Some((b'-', rest)) => (true, rest),
-            _ => (false, s.as_bytes()),
+            _ => (false, s),
         };
         let (int, frac) = match bytes.iter().position(|&b| b == b'.') {
             Some(p) => (bytes.get(..p)?, bytes.get(p + 1..)?),
@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn parses_what_the_general_path_parses() {
-        let d = |s: &str| SmallDecimal::parse(s);
+        let d = |s: &str| SmallDecimal::parse(s.as_bytes());
         assert_eq!(d("-1.50"), Some(SmallDecimal::new(true, 150, 2)));
         assert_eq!(d("007"), Some(SmallDecimal::new(false, 7, 0)));
         assert_eq!(d("1."), Some(SmallDecimal::new(false, 1, 0)));
@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn strips_trailing_zeros_down_to_scale_zero() {
-        let stripped = |s: &str| SmallDecimal::parse(s).map(SmallDecimal::stripped);
+        let stripped = |s: &str| SmallDecimal::parse(s.as_bytes()).map(SmallDecimal::stripped);
         let v = |unscaled: u128, scale| Some(SmallDecimal::new(false, unscaled, scale));
         assert_eq!(stripped("1.0"), v(1, 0));
         assert_eq!(stripped("1.50"), v(15, 1));
@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn rounds_half_up_and_declines_what_does_not_fit() {
-        let d = |s: &str| SmallDecimal::parse(s).unwrap();
+        let d = |s: &str| SmallDecimal::parse(s.as_bytes()).unwrap();
         assert_eq!(d("1.005").with_scale(2), Some(d("1.01")));
         assert_eq!(d("-1.005").with_scale(2), Some(d("-1.01")));
         assert_eq!(d("-0.004").with_scale(2), Some(d("0.00")));

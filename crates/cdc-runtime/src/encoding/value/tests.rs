@@ -307,3 +307,82 @@ fn timestamptz_text_writes_as_its_value_in_both_styles() {
         }
     }
 }
+
+/// The type modifier of `numeric(p, s)` (`s` may be negative).
+fn numeric_typmod(p: i32, s: i32) -> i32 {
+    ((p << 16) | (s & 0x7ff)) + 4
+}
+
+/// A `numeric`'s text as the server sent it is written as its decoded
+/// value, in both styles and every `decimal.handling.mode`: read from its
+/// digits in `precise` mode when it fits an `i128`, decoded otherwise.
+fn numeric_text_writes_as_its_value(text: &str) {
+    let value = v(types::NUMERIC, text);
+    for mode in [
+        DecimalHandlingMode::Precise,
+        DecimalHandlingMode::String,
+        DecimalHandlingMode::Double,
+    ] {
+        let o = DebeziumOptions {
+            decimal_handling_mode: mode,
+            ..DebeziumOptions::default()
+        };
+        for typmod in [
+            -1,
+            numeric_typmod(10, 2),
+            numeric_typmod(38, 0),
+            numeric_typmod(5, -2),
+        ] {
+            let c = col("n", types::NUMERIC, typmod, false);
+            for style in [ValueStyle::Plain, ValueStyle::Debezium(&o)] {
+                let mut copied = Vec::new();
+                let wire = cdc_core::TupleValue::Text(text.as_bytes());
+                write_cell(&mut copied, &c, None, Cell::Wire(wire), style);
+                let mut decoded = Vec::new();
+                write_cell(&mut decoded, &c, None, Cell::Value(&value), style);
+                assert_eq!(
+                    String::from_utf8_lossy(&copied),
+                    String::from_utf8_lossy(&decoded),
+                    "{text} typmod {typmod} {mode:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn numeric_text_at_the_edges_writes_as_its_value() {
+    for text in [
+        "0",
+        "-0.00",
+        "12.50",
+        "-12.5",
+        "0.000001",
+        "170141183460469231731687303715884105727",
+        "170141183460469231731687303715884105728",
+        "-170141183460469231731687303715884105728",
+        "1234567890123456789012345678901234567890.5",
+        "99999999.995",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+    ] {
+        numeric_text_writes_as_its_value(text);
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn numeric_text_writes_as_its_value_for_any_digits(
+        negative: bool,
+        int in "0|[1-9][0-9]{0,44}",
+        frac in proptest::option::of("[0-9]{1,20}"),
+    ) {
+        let sign = if negative { "-" } else { "" };
+        let text = match frac {
+            Some(f) => format!("{sign}{int}.{f}"),
+            None => format!("{sign}{int}"),
+        };
+        numeric_text_writes_as_its_value(&text);
+    }
+}
