@@ -278,6 +278,27 @@ fn rows_without_columns_or_row() {
     assert_eq!(out, b"null");
 }
 
+/// Column `c`'s text as the server sent it (`text`) writes the bytes its
+/// decoded `value` writes, in `style`.
+fn assert_wire_writes_as_value(
+    c: &ColumnSchema,
+    text: &str,
+    value: &Value<'static>,
+    style: ValueStyle<'_>,
+) {
+    let mut copied = Vec::new();
+    let wire = cdc_core::TupleValue::Text(text.as_bytes());
+    write_cell(&mut copied, c, None, Cell::Wire(wire), style);
+    let mut decoded = Vec::new();
+    write_cell(&mut decoded, c, None, Cell::Value(value), style);
+    assert_eq!(
+        String::from_utf8_lossy(&copied),
+        String::from_utf8_lossy(&decoded),
+        "{text} typmod {} {style:?}",
+        c.type_modifier
+    );
+}
+
 /// A `timestamptz` as the server's text is written as its decoded value in
 /// both styles: copied in the Debezium style when in UTC, decoded otherwise.
 #[test]
@@ -293,16 +314,7 @@ fn timestamptz_text_writes_as_its_value_in_both_styles() {
         ] {
             let value = v(types::TIMESTAMPTZ, text);
             for style in [ValueStyle::Plain, ValueStyle::Debezium(&o)] {
-                let mut copied = Vec::new();
-                let wire = cdc_core::TupleValue::Text(text.as_bytes());
-                write_cell(&mut copied, &c, None, Cell::Wire(wire), style);
-                let mut decoded = Vec::new();
-                write_cell(&mut decoded, &c, None, Cell::Value(&value), style);
-                assert_eq!(
-                    String::from_utf8(copied).unwrap(),
-                    String::from_utf8(decoded).unwrap(),
-                    "{text} typmod {typmod}"
-                );
+                assert_wire_writes_as_value(&c, text, &value, style);
             }
         }
     }
@@ -335,16 +347,7 @@ fn numeric_text_writes_as_its_value(text: &str) {
         ] {
             let c = col("n", types::NUMERIC, typmod, false);
             for style in [ValueStyle::Plain, ValueStyle::Debezium(&o)] {
-                let mut copied = Vec::new();
-                let wire = cdc_core::TupleValue::Text(text.as_bytes());
-                write_cell(&mut copied, &c, None, Cell::Wire(wire), style);
-                let mut decoded = Vec::new();
-                write_cell(&mut decoded, &c, None, Cell::Value(&value), style);
-                assert_eq!(
-                    String::from_utf8_lossy(&copied),
-                    String::from_utf8_lossy(&decoded),
-                    "{text} typmod {typmod} {mode:?}"
-                );
+                assert_wire_writes_as_value(&c, text, &value, style);
             }
         }
     }
