@@ -12,9 +12,10 @@
 //! more queued events). Its code pages (`RssFile`: 13.1–13.3 MB in a release
 //! build on the AMD machine, 11.0–11.2 MB with the `dist` profile on an Intel
 //! one) are reported, not bounded: they measure the build. A release build on
-//! the default system allocator held 2.8–3.1 MB anonymous, 16.0–16.4 MB in
-//! all; with `--features mimalloc` 6.3–8.0 MB anonymous, 19.4–21.1 MB in all
-//! (three alternating runs each; the README's Performance section has more).
+//! the default system allocator held 2.6–3.6 MB anonymous, 16.0–16.8 MB in
+//! all (five runs), the `dist` build 2.5–2.8 and 13.5–13.8 MB (three); with
+//! `--features mimalloc` 6.3–8.0 MB anonymous, 19.4–21.1 MB in all (three
+//! alternating runs; the README's Performance section has more).
 #![cfg(target_os = "linux")]
 // Test code: a failed step must fail the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
