@@ -16,6 +16,7 @@
 
 mod array;
 mod datetime;
+mod digits;
 mod error;
 mod interval;
 mod network;
@@ -29,6 +30,7 @@ pub use array::{decode_binary_array, decode_text_array, Array, ArrayDim, MAX_DIM
 pub use datetime::{
     Date, Infinitable, JsonText, Time, TimeTz, Timestamp, TimestampTz, UtcTimestampText,
 };
+pub use digits::leading_digits;
 pub use error::ValueError;
 pub use interval::{Interval, Iso8601Interval};
 pub use network::{Inet, MacAddr, MacAddr8};

@@ -8,6 +8,7 @@
 
 use super::super::json::write_base64;
 use super::decimal::write_variable_scale_with;
+use cdc_core::leading_digits;
 
 /// The longest text taken here; longer values (many leading or trailing
 /// zeros, or many digits) go the general way.
@@ -33,33 +34,27 @@ impl SmallDecimal {
             Some((b'-', rest)) => (true, rest),
             _ => (false, s),
         };
-        let (int, frac) = match bytes.iter().position(|&b| b == b'.') {
-            Some(p) => (bytes.get(..p)?, bytes.get(p + 1..)?),
-            None => (bytes, &[][..]),
+        let (int, rest) = bytes.split_at_checked(leading_digits(bytes))?;
+        let frac = match rest {
+            [] => rest,
+            [b'.', frac @ ..] if leading_digits(frac) == frac.len() => frac,
+            _ => return None,
         };
         if int.is_empty() {
             return None;
         }
         let scale = i32::try_from(frac.len()).ok()?;
-        // Up to 19 digits cannot overflow a u64, whose arithmetic costs a
-        // fraction of the u128's checked steps.
+        // Every byte is a digit now. Up to 19 digits cannot overflow a u64,
+        // whose arithmetic costs a fraction of the u128's checked steps.
+        let digit = |b: u8| b.wrapping_sub(b'0');
         let unscaled = if int.len() + frac.len() <= 19 {
-            let small = |acc: u64, part: &[u8]| {
-                part.iter().try_fold(acc, |v, &b| {
-                    let d = b.wrapping_sub(b'0');
-                    (d < 10).then(|| v * 10 + u64::from(d))
-                })
-            };
-            u128::from(small(small(0, int)?, frac)?)
+            let small =
+                |acc: u64, part: &[u8]| part.iter().fold(acc, |v, &b| v * 10 + u64::from(digit(b)));
+            u128::from(small(small(0, int), frac))
         } else {
             let big = |acc: u128, part: &[u8]| {
                 part.iter().try_fold(acc, |v, &b| {
-                    let d = b.wrapping_sub(b'0');
-                    if d < 10 {
-                        v.checked_mul(10)?.checked_add(u128::from(d))
-                    } else {
-                        None
-                    }
+                    v.checked_mul(10)?.checked_add(u128::from(digit(b)))
                 })
             };
             big(big(0, int)?, frac)?
