@@ -9,8 +9,8 @@ use std::sync::Arc;
 use cdc_core::{Lsn, Oid};
 
 use super::super::{
-    ChangeEvent, Operation, SnapshotMark, SourceInfo, TransactionBoundary, TransactionStatus,
-    MESSAGE_COLLECTION,
+    ChangeEvent, Operation, SnapshotMark, SourceInfo, TableSchema, TransactionBoundary,
+    TransactionStatus, MESSAGE_COLLECTION,
 };
 use super::{EventConverter, OpenTxn};
 
@@ -138,7 +138,15 @@ pub(super) struct Positions {
     tables: Vec<(Oid, Arc<str>, u32)>,
     /// The entry of `tables` used last.
     last: usize,
+    /// `schema.table` names built for earlier transactions, by oid: most
+    /// transactions touch the tables the one before did, so their names
+    /// are shared rather than formatted again.
+    names: Vec<(Oid, Arc<str>)>,
 }
+
+/// At most this many names are kept in [`Positions::names`] (it is
+/// emptied when full).
+const NAMES_KEPT: usize = 64;
 
 /// Whether an event counts among its transaction's events (Debezium counts
 /// the changes it streams; snapshot reads and boundaries are not part of a
@@ -190,7 +198,7 @@ impl Positions {
                 Some(at) => at,
                 None => {
                     let (oid, name) = match ev.table.as_deref() {
-                        Some(t) => (t.oid, Arc::from(format!("{}.{}", t.schema, t.table))),
+                        Some(t) => (t.oid, self.name_of(t)),
                         None => (0, Arc::from(MESSAGE_COLLECTION)),
                     };
                     self.tables.push((oid, name, 0));
@@ -203,6 +211,27 @@ impl Positions {
             ev.position.table_index = e.2;
             e.2 = e.2.saturating_add(1);
         }
+    }
+
+    /// `schema.table` of `t`, shared with earlier transactions while the
+    /// table keeps its oid and name.
+    fn name_of(&mut self, t: &TableSchema) -> Arc<str> {
+        let known = |(oid, name): &&(Oid, Arc<str>)| {
+            *oid == t.oid && t.oid != 0 && is_name(name, &t.schema, &t.table)
+        };
+        if let Some((_, name)) = self.names.iter().find(known) {
+            return name.clone();
+        }
+        let name: Arc<str> = Arc::from(format!("{}.{}", t.schema, t.table));
+        if t.oid != 0 {
+            if self.names.len() >= NAMES_KEPT {
+                self.names.clear();
+            }
+            // A renamed table's old name goes.
+            self.names.retain(|(oid, _)| *oid != t.oid);
+            self.names.push((t.oid, name.clone()));
+        }
+        name
     }
 
     /// Whether the open transaction's BEGIN goes before `events` (its

@@ -163,6 +163,50 @@ fn boundaries_surround_the_events_of_a_transaction() {
 }
 
 #[test]
+fn a_table_renamed_between_transactions_is_counted_under_its_new_name() {
+    let mut cache = RelationCache::new();
+    let a = relation(&mut cache, 10, "a");
+    let b = relation(&mut cache, 11, "b");
+    let mut conv = EventConverter::new("db", "slot").with_transaction_markers(true);
+    let mut out = feed(
+        &mut conv,
+        &cache,
+        &[
+            begin(7, 0x500),
+            insert(&a, b"1"),
+            insert(&b, b"1"),
+            commit(7, 0x500),
+        ],
+    );
+    // The same oid under a new name: the Relation message the server
+    // sends after `ALTER TABLE a RENAME TO c`.
+    let c = relation(&mut cache, 10, "c");
+    out.extend(feed(
+        &mut conv,
+        &cache,
+        &[
+            begin(8, 0x600),
+            insert(&b, b"2"),
+            insert(&c, b"2"),
+            commit(8, 0x600),
+        ],
+    ));
+    // (The rename's schema change counts among the second's events too.)
+    let names: Vec<Vec<String>> = out
+        .iter()
+        .filter_map(|e| e.boundary.as_ref())
+        .filter(|b| b.status == TransactionStatus::End)
+        .map(|b| {
+            b.data_collections
+                .iter()
+                .map(|(n, _)| n.to_string())
+                .collect()
+        })
+        .collect();
+    assert_eq!(names, [["public.a", "public.b"], ["public.b", "public.c"]]);
+}
+
+#[test]
 fn a_replayed_transaction_begins_once_and_counts_once() {
     let mut cache = RelationCache::new();
     let a = relation(&mut cache, 10, "a");
