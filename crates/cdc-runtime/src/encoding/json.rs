@@ -251,27 +251,39 @@ pub(crate) fn write_f32(out: &mut Vec<u8>, v: f32) {
 
 /// Appends `bytes` as a JSON string in standard base64 (with padding).
 pub(crate) fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
+    let start = out.len() + 1;
+    let len = base64_len(bytes.len());
+    // The quotes around the symbols come from the fill.
+    out.resize(start + len + 1, b'"');
+    if let Some(symbols) = out.get_mut(start..start + len) {
+        base64_into(symbols, bytes);
+    }
+}
+
+/// The number of base64 symbols (padding included) of `n` bytes.
+pub(crate) fn base64_len(n: usize) -> usize {
+    n.div_ceil(3) * 4
+}
+
+/// Writes `bytes` in standard base64 (with padding) at the start of
+/// `dst`, as far as it has room for whole groups of four symbols
+/// ([`base64_len`] is enough); returns the number written.
+#[inline]
+pub(crate) fn base64_into(dst: &mut [u8], bytes: &[u8]) -> usize {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let sym = |v: u32| ALPHABET[(v & 63) as usize];
-    out.push(b'"');
-    out.reserve(bytes.len().div_ceil(3) * 4 + 1);
-    let mut chunks = bytes.chunks_exact(3);
-    for c in &mut chunks {
-        let n = (u32::from(c[0]) << 16) | (u32::from(c[1]) << 8) | u32::from(c[2]);
-        out.extend_from_slice(&[sym(n >> 18), sym(n >> 12), sym(n >> 6), sym(n)]);
-    }
-    match *chunks.remainder() {
-        [a] => {
-            let n = u32::from(a) << 16;
-            out.extend_from_slice(&[sym(n >> 18), sym(n >> 12), b'=', b'=']);
+    let mut written = 0;
+    for (group, slot) in bytes.chunks(3).zip(dst.chunks_exact_mut(4)) {
+        let byte = |i: usize| u32::from(group.get(i).copied().unwrap_or(0));
+        let n = (byte(0) << 16) | (byte(1) << 8) | byte(2);
+        slot.copy_from_slice(&[sym(n >> 18), sym(n >> 12), sym(n >> 6), sym(n)]);
+        // One byte makes two symbols, two make three; the rest is padding.
+        if let Some(pad) = slot.get_mut(group.len() + 1..) {
+            pad.fill(b'=');
         }
-        [a, b] => {
-            let n = (u32::from(a) << 16) | (u32::from(b) << 8);
-            out.extend_from_slice(&[sym(n >> 18), sym(n >> 12), sym(n >> 6), b'=']);
-        }
-        _ => {}
+        written += 4;
     }
-    out.push(b'"');
+    written
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! every value this one declines (longer text, more digits), and the tests
 //! check that both write the same bytes for the values this one takes.
 
-use super::super::json::write_base64;
+use super::super::json::{base64_into, write_base64};
 use super::decimal::write_variable_scale_with;
 use cdc_core::leading_digits;
 
@@ -119,13 +119,13 @@ impl SmallDecimal {
         v
     }
 
-    /// Writes the unscaled value as Java's `BigInteger.toByteArray()` does
-    /// (big-endian two's complement in the fewest bytes), in base64.
-    pub(super) fn write_unscaled(&self, out: &mut Vec<u8>) {
+    /// The unscaled value as Java's `BigInteger.toByteArray()` gives it
+    /// (big-endian two's complement in the fewest bytes): the bytes of
+    /// the returned array from the returned index on.
+    fn unscaled_bytes(&self) -> ([u8; 16], usize) {
         // `fits` holds, so the magnitude converts without loss.
         let magnitude = self.unscaled as i128;
         let value = if self.negative { -magnitude } else { magnitude };
-        let bytes = value.to_be_bytes();
         // The leading bits that only repeat the sign; the bytes kept hold
         // the rest and one sign bit.
         let sign_bits = if value < 0 {
@@ -134,13 +134,50 @@ impl SmallDecimal {
             value.leading_zeros()
         };
         let len = ((128 - sign_bits) / 8 + 1).min(16) as usize;
-        write_base64(out, bytes.get(16 - len..).unwrap_or(&bytes));
+        (value.to_be_bytes(), 16 - len)
     }
 
-    /// `{"scale":N,"value":"<base64>"}` of the stripped value.
+    /// Writes the unscaled value (see [`Self::unscaled_bytes`]) in base64.
+    pub(super) fn write_unscaled(&self, out: &mut Vec<u8>) {
+        let (bytes, from) = self.unscaled_bytes();
+        write_base64(out, bytes.get(from..).unwrap_or(&bytes));
+    }
+
+    /// `{"scale":N,"value":"<base64>"}` of the stripped value. This runs for
+    /// every `numeric` of every row, so a scale below 100 (any value from
+    /// text short enough for here but the longest) is put together on the
+    /// stack and appended with one copy of a fixed size.
     pub(super) fn write_variable_scale(&self, out: &mut Vec<u8>) {
         let v = self.stripped();
-        write_variable_scale_with(out, v.scale, |out| v.write_unscaled(out));
+        let scale = match u8::try_from(v.scale) {
+            Ok(scale) if scale < 100 => scale,
+            _ => return write_variable_scale_with(out, v.scale, |out| v.write_unscaled(out)),
+        };
+        let (bytes, from) = v.unscaled_bytes();
+        let bytes = bytes.get(from..).unwrap_or(&bytes);
+        let scale_digits = [b'0' + scale / 10, b'0' + scale % 10];
+        let scale_text = scale_digits
+            .get(usize::from(scale < 10)..)
+            .unwrap_or_default();
+        // `{"scale":` 9, two digits, `,"value":"` 10, 24 symbols, `"}` 2.
+        let mut text = [0u8; 48];
+        let mut at = 0;
+        let put = |text: &mut [u8; 48], at: &mut usize, part: &[u8]| {
+            if let Some(slot) = text.get_mut(*at..*at + part.len()) {
+                slot.copy_from_slice(part);
+                *at += part.len();
+            }
+        };
+        put(&mut text, &mut at, b"{\"scale\":");
+        put(&mut text, &mut at, scale_text);
+        put(&mut text, &mut at, b",\"value\":\"");
+        at += text
+            .get_mut(at..)
+            .map_or(0, |rest| base64_into(rest, bytes));
+        put(&mut text, &mut at, b"\"}");
+        let start = out.len();
+        out.extend_from_slice(&text);
+        out.truncate(start + at);
     }
 }
 
