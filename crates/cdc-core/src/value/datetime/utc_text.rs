@@ -177,16 +177,17 @@ mod tests {
         if !fields.iter().all(u8::is_ascii_digit) || !fraction.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        let two = |a: u8, b: u8| u32::from(a - b'0') * 10 + u32::from(b - b'0');
-        let year = i32::try_from(two(y0, y1) * 100 + two(y2, y3)).ok()?;
-        let (month, day) = (two(m0, m1), two(d0, d1));
-        let in_range = year != 0
-            && (1..=12).contains(&month)
-            && (1..=Date::days_in_month(year, month)).contains(&day)
-            && two(h0, h1) <= 23
-            && two(i0, i1) <= 59
-            && two(s0, s1) <= 59;
-        in_range.then_some(UtcTimestampText {
+        // The calendar decides the date; the clock's fields are read as numbers.
+        let num = |at: usize, len: usize| -> Option<u32> {
+            std::str::from_utf8(date_time.get(at..at + len)?)
+                .ok()?
+                .parse()
+                .ok()
+        };
+        let year = i32::try_from(num(0, 4)?).ok()?;
+        let real_date = year != 0 && Date::from_ymd(year, num(5, 2)?, num(8, 2)?).is_some();
+        let clock_ok = num(11, 2)? < 24 && num(14, 2)? < 60 && num(17, 2)? < 60;
+        (real_date && clock_ok).then_some(UtcTimestampText {
             date_time,
             fraction,
         })
