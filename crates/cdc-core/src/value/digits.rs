@@ -1,6 +1,54 @@
 //! Runs of ASCII digits, found eight bytes at a time: every integer,
 //! `numeric` and timestamp column of every change is made of them.
 
+/// Eight bytes of text to match: an ASCII digit where the pattern has `0`,
+/// the pattern's own byte everywhere else; all eight checked at once.
+pub(crate) struct Pattern {
+    text: u64,
+    /// 6 in each digit's byte: a value `v` is below 10 exactly when neither
+    /// `v` nor `v + 6` reaches 16.
+    add: u64,
+    /// The bits that must be clear: a digit's high half, all of any other byte.
+    high: u64,
+}
+
+impl Pattern {
+    pub(crate) const fn new(pattern: &[u8; 8]) -> Pattern {
+        let (mut add, mut high, mut i) = ([0u8; 8], [0xffu8; 8], 0);
+        while i < 8 {
+            if pattern[i] == b'0' {
+                add[i] = 6;
+                high[i] = 0xf0;
+            }
+            i += 1;
+        }
+        Pattern {
+            text: u64::from_le_bytes(*pattern),
+            add: u64::from_le_bytes(add),
+            high: u64::from_le_bytes(high),
+        }
+    }
+
+    /// `bytes` XOR the pattern (a digit's value in its place, 0 for a
+    /// matching byte elsewhere), and a mask with bits set in every byte
+    /// that does not fit. A byte's carry from `+ 6` (at 0xfa and above)
+    /// only reaches the bytes after it, so the lowest byte flagged is the
+    /// first that does not fit.
+    #[inline(always)]
+    pub(crate) fn check(&self, bytes: [u8; 8]) -> (u64, u64) {
+        let x = u64::from_le_bytes(bytes) ^ self.text;
+        (x, (x | x.wrapping_add(self.add)) & self.high)
+    }
+
+    /// The digits' values (0–9) in their places and 0 in the others, if
+    /// `bytes` fits the pattern.
+    #[inline(always)]
+    pub(crate) fn digits(&self, bytes: [u8; 8]) -> Option<[u8; 8]> {
+        let (x, misfits) = self.check(bytes);
+        (misfits == 0).then(|| x.to_le_bytes())
+    }
+}
+
 /// The number of ASCII digits `s` starts with.
 ///
 /// ```
@@ -10,19 +58,13 @@
 /// ```
 #[inline]
 pub fn leading_digits(s: &[u8]) -> usize {
-    const ZEROS: u64 = u64::from_le_bytes([b'0'; 8]);
-    const SIXES: u64 = u64::from_le_bytes([6; 8]);
-    const HIGH: u64 = u64::from_le_bytes([0xf0; 8]);
+    const DIGITS: Pattern = Pattern::new(b"00000000");
     let mut words = s.chunks_exact(8);
     let mut n = 0;
     for word in &mut words {
         let mut bytes = [0u8; 8];
         bytes.copy_from_slice(word);
-        // A digit XOR `0` is its value `v`, below 10 exactly when neither
-        // `v` nor `v + 6` reaches 16. A byte's carry from `+ 6` (at 0xfa and
-        // above) only reaches the bytes after it, past the first non-digit.
-        let x = u64::from_le_bytes(bytes) ^ ZEROS;
-        let not_digits = (x | x.wrapping_add(SIXES)) & HIGH;
+        let (_, not_digits) = DIGITS.check(bytes);
         if not_digits != 0 {
             return n + (not_digits.trailing_zeros() / 8) as usize;
         }

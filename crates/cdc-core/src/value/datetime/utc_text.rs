@@ -6,6 +6,7 @@
 //! it would check: validating a row and writing the value as text in another
 //! form both skip the calendar arithmetic of [`super::codec`].
 
+use super::super::digits::Pattern;
 use super::Date;
 
 /// `timestamptz` text in the server's UTC form, its fields range-checked:
@@ -94,45 +95,6 @@ impl<'a> UtcTimestampText<'a> {
     /// trailing zeros).
     pub fn fraction(&self) -> &'a [u8] {
         self.fraction
-    }
-}
-
-/// Eight bytes of text to match: an ASCII digit where the pattern has `0`,
-/// the pattern's own byte everywhere else.
-struct Pattern {
-    text: u64,
-    /// 6 in each digit's byte: a value `v` is below 10 exactly when neither
-    /// `v` nor `v + 6` reaches 16.
-    add: u64,
-    /// The bits that must be clear: a digit's high half, all of any other byte.
-    high: u64,
-}
-
-impl Pattern {
-    const fn new(pattern: &[u8; 8]) -> Pattern {
-        let (mut add, mut high, mut i) = ([0u8; 8], [0xffu8; 8], 0);
-        while i < 8 {
-            if pattern[i] == b'0' {
-                add[i] = 6;
-                high[i] = 0xf0;
-            }
-            i += 1;
-        }
-        Pattern {
-            text: u64::from_le_bytes(*pattern),
-            add: u64::from_le_bytes(add),
-            high: u64::from_le_bytes(high),
-        }
-    }
-
-    /// The digits' values (0–9) in their places and 0 in the others, if
-    /// `bytes` fits the pattern; all eight bytes checked at once. A byte's
-    /// carry from `+ 6` (at 0xfa and above) can only flag the byte after
-    /// it, which is rejected with it anyway.
-    #[inline(always)]
-    fn digits(&self, bytes: [u8; 8]) -> Option<[u8; 8]> {
-        let x = u64::from_le_bytes(bytes) ^ self.text;
-        ((x | x.wrapping_add(self.add)) & self.high == 0).then(|| x.to_le_bytes())
     }
 }
 

@@ -350,6 +350,11 @@ pub(crate) fn write_variable_scale(out: &mut Vec<u8>, value: &Decimal) {
     write_variable_scale_with(out, v.scale, |out| write_base64(out, &v.unscaled_bytes()));
 }
 
+/// How a `VariableScaleDecimal` object opens, before its scale.
+pub(super) const VARIABLE_SCALE_OPEN: &[u8] = b"{\"scale\":";
+/// The key between its scale and its value.
+pub(super) const VARIABLE_SCALE_VALUE: &[u8] = b",\"value\":";
+
 /// The `VariableScaleDecimal` object around a value (already stripped)
 /// that `write_value` writes as base64.
 pub(super) fn write_variable_scale_with(
@@ -357,9 +362,9 @@ pub(super) fn write_variable_scale_with(
     scale: i32,
     write_value: impl FnOnce(&mut Vec<u8>),
 ) {
-    out.extend_from_slice(b"{\"scale\":");
+    out.extend_from_slice(VARIABLE_SCALE_OPEN);
     write_int(out, scale);
-    out.extend_from_slice(b",\"value\":");
+    out.extend_from_slice(VARIABLE_SCALE_VALUE);
     write_value(out);
     out.push(b'}');
 }

@@ -7,7 +7,7 @@
 //! check that both write the same bytes for the values this one takes.
 
 use super::super::json::{base64_into, write_base64};
-use super::decimal::write_variable_scale_with;
+use super::decimal::{write_variable_scale_with, VARIABLE_SCALE_OPEN, VARIABLE_SCALE_VALUE};
 use cdc_core::leading_digits;
 
 /// The longest text taken here; longer values (many leading or trailing
@@ -168,9 +168,10 @@ impl SmallDecimal {
                 *at += part.len();
             }
         };
-        put(&mut text, &mut at, b"{\"scale\":");
+        put(&mut text, &mut at, VARIABLE_SCALE_OPEN);
         put(&mut text, &mut at, scale_text);
-        put(&mut text, &mut at, b",\"value\":\"");
+        put(&mut text, &mut at, VARIABLE_SCALE_VALUE);
+        put(&mut text, &mut at, b"\"");
         at += text
             .get_mut(at..)
             .map_or(0, |rest| base64_into(rest, bytes));
