@@ -193,13 +193,15 @@ async fn crash(task: JobTask, client: &Client, name: &str) {
     .await;
 }
 
-/// Waits until the job `name` streams from its slot.
+/// Waits until the job `name` streams from its slot: active, and past its
+/// consistent point (a slot being created is active before it).
 async fn await_active(client: &Client, name: &str) {
     let slot = format!("{name}_slot");
     integration_tests::eventually("the job streams", TIMEOUT, || async {
         let row = client
             .query_opt(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                "SELECT active AND confirmed_flush_lsn IS NOT NULL
+                   FROM pg_replication_slots WHERE slot_name = $1",
                 &[&slot],
             )
             .await
