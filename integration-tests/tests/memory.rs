@@ -16,6 +16,9 @@
 //! all (five runs), the `dist` build 2.5–2.8 and 13.5–13.8 MB (three); with
 //! `--features mimalloc` 6.3–8.0 MB anonymous, 19.4–21.1 MB in all (three
 //! alternating runs; the README's Performance section has more).
+//!
+//! A second test holds wide rows to `pipeline.batch_bytes`: a transaction of
+//! 100 MB of rows passes through in batches of about 1 MiB.
 #![cfg(target_os = "linux")]
 // Test code: a failed step must fail the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -23,7 +26,7 @@
 use std::time::{Duration, Instant};
 
 use cdc_core::Lsn;
-use integration_tests::{eventually, Pgcdc, TestPostgres};
+use integration_tests::{Pgcdc, TestPostgres};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -88,6 +91,35 @@ async fn lsn(client: &tokio_postgres::Client, sql: &str) -> Lsn {
     text.parse().unwrap()
 }
 
+/// Waits until `pgcdc` streams from `slot`, which it creates: the slot is
+/// active and has reached its consistent point. A slot is active while it
+/// is being created too, and rows committed before its consistent point are
+/// not in the stream (the snapshot mode is `latest`), so `active` alone let
+/// the writer start early: under load the first 12,550 rows went missing.
+async fn await_streaming(client: &tokio_postgres::Client, slot: &str, pgcdc: &Pgcdc) {
+    let started = Instant::now();
+    loop {
+        let ready: Option<bool> = client
+            .query_opt(
+                "SELECT active AND confirmed_flush_lsn IS NOT NULL
+                   FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap()
+            .map(|r| r.get(0));
+        if ready == Some(true) {
+            return;
+        }
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "pgcdc did not start streaming from {slot}; stderr:\n{}",
+            pgcdc.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// 20,000 transactions of 10 rows (bigint, int, 100 characters of text,
 /// timestamptz, numeric) written while `pgcdc run` streams them: the median
 /// of its anonymous resident memory over the stream stays within the bound.
@@ -117,18 +149,7 @@ async fn small_transactions_stream_within_the_steady_budget() {
     .unwrap();
     let mut pgcdc = Pgcdc::run(&config).unwrap();
     let pid = pgcdc.id().unwrap();
-    eventually("pgcdc streaming from its slot", TIMEOUT, || async {
-        let active: Option<bool> = client
-            .query_opt(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
-                &[&slot],
-            )
-            .await
-            .unwrap()
-            .map(|r| r.get(0));
-        (active == Some(true)).then_some(())
-    })
-    .await;
+    await_streaming(&client, slot, &pgcdc).await;
 
     // One round trip: a transaction per 10 rows, committed inside the block.
     let writer = db.connect().await.unwrap();
@@ -204,5 +225,101 @@ async fn small_transactions_stream_within_the_steady_budget() {
     assert!(
         anon <= STEADY_ANON_KB,
         "steady anonymous RSS {anon} kB over {STEADY_ANON_KB} kB"
+    );
+}
+
+/// The bound on the anonymous resident memory while 100 MB of wide rows in
+/// one transaction stream through, in kB: the batches the pipeline holds
+/// ([`cdc_runtime::pipeline::DEFAULT_CHANNEL_CAPACITY`] per sink, one being
+/// written, one being filled), each about `batch_bytes` (1 MiB) of rows and
+/// then their JSON, on top of the steady level above.
+const WIDE_PEAK_ANON_KB: u64 = STEADY_ANON_KB + 24 * 1000;
+
+/// One transaction of 400 rows of 256 KiB each (100 MiB) written while
+/// `pgcdc run` streams: with batches cut at `pipeline.batch_bytes` (1 MiB)
+/// its anonymous resident memory stays within a few batches of the steady
+/// level, where batches of `batch_size` (1,000) events alone would hold the
+/// whole transaction. Measured with the test profile: a peak of 24–25 MB
+/// sampled, against 107 MB in one batch of 400 events with `batch_bytes` set
+/// out of the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_of_wide_rows_passes_in_batches_of_batch_bytes() {
+    const ROWS: usize = 400;
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE docs (id bigint PRIMARY KEY, body text NOT NULL)")
+        .await
+        .unwrap();
+    let dir = integration_tests::TempDir::new("wide-memory");
+    let events = dir.path().join("events.jsonl");
+    let slot = "wide_memory";
+    let config = dir.path().join("pgcdc.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{source}\n[snapshot]\nmode = \"latest\"\n\n[[sinks]]\ntype = \"file\"\npath = {events:?}\n\n\
+             [checkpoint]\njob = \"wide_memory\"\ninterval_ms = 200\n",
+            source = db.source_toml(&["public.docs"], slot, "wide_memory_pub"),
+        ),
+    )
+    .unwrap();
+    let mut pgcdc = Pgcdc::run(&config).unwrap();
+    let pid = pgcdc.id().unwrap();
+    await_streaming(&client, slot, &pgcdc).await;
+    let before = rss(pid).unwrap();
+
+    // 256 KiB a row: 8,192 copies of a 32-character hash (compressed in
+    // the table and the WAL; sent and held whole).
+    client
+        .batch_execute(&format!(
+            "INSERT INTO docs SELECT g, repeat(md5(g::text), 8192) FROM generate_series(1, {ROWS}) g"
+        ))
+        .await
+        .unwrap();
+    let end = lsn(&client, "SELECT pg_current_wal_insert_lsn()::text").await;
+    let started = Instant::now();
+    let mut peak = before.anon;
+    loop {
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "the stream did not end; stderr:\n{}",
+            pgcdc.stderr()
+        );
+        if let Some(r) = rss(pid) {
+            peak = peak.max(r.anon);
+        }
+        let confirmed = lsn(
+            &client,
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'wide_memory'",
+        )
+        .await;
+        if confirmed >= end {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let streamed = started.elapsed();
+    pgcdc.terminate(TIMEOUT).await.unwrap();
+    let lines: usize = output(dir.path())
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
+        .sum();
+    assert_eq!(lines, ROWS, "one line per row");
+    let bytes: u64 = output(dir.path())
+        .iter()
+        .map(|f| f.metadata().unwrap().len())
+        .sum();
+    assert!(
+        bytes > (ROWS as u64) << 18,
+        "{bytes} bytes written: the rows are not wide"
+    );
+    println!(
+        "{ROWS} rows of 256 KiB ({bytes} bytes of JSON) in {streamed:?}: anonymous RSS {} kB before, peak sampled {peak} kB",
+        before.anon
+    );
+    assert!(
+        peak <= WIDE_PEAK_ANON_KB,
+        "anonymous RSS peaked at {peak} kB, over {WIDE_PEAK_ANON_KB} kB"
     );
 }

@@ -390,6 +390,108 @@ async fn the_slot_is_never_confirmed_past_what_the_sink_flushed() {
     task.await.unwrap().unwrap();
 }
 
+/// A sink that keeps the size of every batch it is given, and each event's
+/// `id` column, in order.
+#[derive(Clone, Default)]
+struct BatchSink {
+    batches: Arc<Mutex<Vec<Vec<i64>>>>,
+    written: Arc<AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl Sink for BatchSink {
+    async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
+        let ids = batch
+            .iter()
+            .map(|e| match e.after_values().as_deref() {
+                Some([cdc_core::Value::Int8(id), ..]) => *id,
+                other => panic!("not a row of the test's table: {other:?}"),
+            })
+            .collect();
+        self.batches.lock().unwrap().push(ids);
+        self.written.fetch_add(batch.len() as u64, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// A batch ends at `batch_bytes` of rows before it holds `batch_size`
+/// events: 200 rows of 1,000 characters arrive in batches of at most nine
+/// (eight rows are under 8 KiB, the ninth takes the batch past it), while 200
+/// rows of a few bytes, under both limits, arrive as one batch.
+#[tokio::test]
+async fn wide_rows_end_a_batch_at_batch_bytes() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE wide (id int8 PRIMARY KEY, pad text)")
+        .await
+        .unwrap();
+    let source = source_config(&db, &["wide"], "pgcdc_batch_bytes");
+    setup(&source).await.unwrap();
+    let mut opts = options(&source);
+    opts.batch_size = 1000;
+    opts.batch_bytes = 8192;
+    let sink = BatchSink::default();
+    let (stop, task, _progress) = spawn(opts, vec![Box::new(sink.clone())]);
+
+    let wait_for = |n: u64| {
+        let written = sink.written.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + TIMEOUT;
+            while written.load(Ordering::SeqCst) < n {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "rows did not arrive"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    client
+        .batch_execute(
+            "INSERT INTO wide SELECT g, repeat('w', 1000) FROM generate_series(1, 200) g",
+        )
+        .await
+        .unwrap();
+    wait_for(200).await;
+    client
+        .batch_execute("INSERT INTO wide SELECT g, 'n' FROM generate_series(201, 400) g")
+        .await
+        .unwrap();
+    wait_for(400).await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+
+    let batches = sink.batches.lock().unwrap().clone();
+    let ids: Vec<i64> = batches.iter().flatten().copied().collect();
+    assert_eq!(
+        ids,
+        (1..=400).collect::<Vec<i64>>(),
+        "every row once, in order"
+    );
+    let (wide, narrow): (Vec<_>, Vec<_>) = batches.iter().partition(|b| b[0] <= 200);
+    let largest = wide.iter().map(|b| b.len()).max().unwrap();
+    assert!(
+        largest <= 9,
+        "a batch of {largest} rows of 1,000 bytes, past batch_bytes = 8192: {:?}",
+        wide.iter().map(|b| b.len()).collect::<Vec<_>>()
+    );
+    assert!(wide.len() >= 200 / 9, "{} batches", wide.len());
+    assert_eq!(
+        narrow.iter().map(|b| b.len()).collect::<Vec<_>>(),
+        [200],
+        "narrow rows under both limits come in one batch"
+    );
+}
+
 /// A sink that takes `delay` per batch (it is slow, that is all: the sleep is
 /// not synchronisation) and counts the events it has finished writing.
 struct SlowSink {

@@ -21,6 +21,7 @@
 //!
 //! [pipeline]
 //! batch_size = 1000
+//! # batch_bytes = 1048576      # a batch also ends at this many bytes of rows
 //! # stream_in_progress = false  # true: the server streams large transactions before their commit
 //! byte_budget = 67108864        # streamed in-progress transactions held in memory, bytes
 //! # spill_dir = "/var/tmp/pgcdc" # where larger ones go; default: the system temp directory
@@ -323,6 +324,10 @@ fn yes() -> bool {
 pub struct PipelineConfig {
     /// Change events per batch handed to the sinks.
     pub batch_size: usize,
+    /// Bytes of row data (as the server sent them) at which a batch ends
+    /// before `batch_size` events, so that the batches held for the sinks
+    /// stay small however wide the rows are.
+    pub batch_bytes: usize,
     /// Bytes of streamed in-progress transactions held in memory; past it
     /// the largest is spilled to a file in `spill_dir`.
     pub byte_budget: usize,
@@ -378,6 +383,7 @@ impl Default for PipelineConfig {
     fn default() -> Self {
         PipelineConfig {
             batch_size: DEFAULT_BATCH_SIZE,
+            batch_bytes: cdc_runtime::pipeline::DEFAULT_BATCH_BYTES,
             byte_budget: DEFAULT_BYTE_BUDGET,
             stream_in_progress: cdc_runtime::pipeline::DEFAULT_STREAM_IN_PROGRESS,
             spill_dir: None,
@@ -478,10 +484,14 @@ impl Config {
             return Err(invalid("source.slot", "slot and publication must be named"));
         }
         let p = &self.pipeline;
-        if p.batch_size == 0 || p.byte_budget == 0 || p.status_interval_secs == 0 {
+        if p.batch_size == 0
+            || p.batch_bytes == 0
+            || p.byte_budget == 0
+            || p.status_interval_secs == 0
+        {
             return Err(invalid(
                 "pipeline",
-                "batch_size, byte_budget and status_interval_secs must be positive",
+                "batch_size, batch_bytes, byte_budget and status_interval_secs must be positive",
             ));
         }
         if p.channel_capacity == 0 {

@@ -248,6 +248,12 @@ impl EventConverter {
         }
     }
 
+    /// Bytes of the rows of the events made so far, wrapping: the
+    /// difference of two readings is what the events between them hold.
+    pub(crate) fn row_bytes(&self) -> usize {
+        self.arena.copied()
+    }
+
     /// The xid of the open transaction, if any.
     pub fn open_transaction(&self) -> Option<Xid> {
         self.open.map(|o| o.xid)

@@ -168,6 +168,9 @@ impl<'r> Iterator for Cells<'r> {
 #[derive(Debug, Default)]
 pub(crate) struct RowArena {
     buf: BytesMut,
+    /// Bytes of rows made so far (wrapping): the pipeline ends a batch when
+    /// its rows reach `PipelineOptions::batch_bytes`.
+    copied: usize,
 }
 
 /// Bytes allocated at a time for rows.
@@ -179,6 +182,7 @@ impl RowArena {
         let raw = tuple.raw_columns();
         self.reserve(raw.len());
         self.buf.extend_from_slice(raw);
+        self.copied = self.copied.wrapping_add(raw.len());
         let count = u16::try_from(tuple.len()).unwrap_or(u16::MAX);
         Row::wire(self.buf.split().freeze(), count)
     }
@@ -210,7 +214,14 @@ impl RowArena {
             self.buf.clear();
             return None;
         }
+        self.copied = self.copied.wrapping_add(self.buf.len());
         Some(Row::wire(self.buf.split().freeze(), count))
+    }
+
+    /// Bytes of the rows made so far, wrapping: the difference of two
+    /// readings is what was made between them.
+    pub(crate) fn copied(&self) -> usize {
+        self.copied
     }
 
     /// Room for `n` more bytes: a new buffer if the present one is short

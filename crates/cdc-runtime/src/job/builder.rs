@@ -9,7 +9,8 @@ use checkpoint_api::{CheckpointId, JobName};
 use crate::checkpoint::{ConfirmPolicy, DEFAULT_INTERVAL, DEFAULT_KEEP};
 use crate::operators::Operator;
 use crate::pipeline::{
-    DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY, DEFAULT_STATUS_INTERVAL,
+    DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY,
+    DEFAULT_STATUS_INTERVAL,
 };
 use crate::sinks::{Sink, SinkOptions};
 use crate::snapshot::{SnapshotOptions, StartupMode};
@@ -85,6 +86,9 @@ pub struct SnapshotSettings {
 pub struct PipelineTuning {
     /// Change events per batch.
     pub batch_size: usize,
+    /// Bytes of row data per batch (see
+    /// [`PipelineOptions::batch_bytes`](crate::pipeline::PipelineOptions::batch_bytes)).
+    pub batch_bytes: usize,
     /// Bytes of streamed in-progress transactions held in memory.
     pub byte_budget: usize,
     /// Whether the server streams large transactions before they commit
@@ -112,6 +116,7 @@ impl Default for PipelineTuning {
     fn default() -> Self {
         PipelineTuning {
             batch_size: DEFAULT_BATCH_SIZE,
+            batch_bytes: DEFAULT_BATCH_BYTES,
             byte_budget: DEFAULT_BYTE_BUDGET,
             stream_in_progress: crate::pipeline::DEFAULT_STREAM_IN_PROGRESS,
             spill_dir: None,
@@ -276,10 +281,14 @@ impl JobBuilder {
             _ => {}
         }
         let t = &self.tuning;
-        if t.batch_size == 0 || t.byte_budget == 0 || t.status_interval.is_zero() {
+        if t.batch_size == 0
+            || t.batch_bytes == 0
+            || t.byte_budget == 0
+            || t.status_interval.is_zero()
+        {
             return Err(invalid(
                 "pipeline",
-                "batch_size, byte_budget and status_interval must be positive",
+                "batch_size, batch_bytes, byte_budget and status_interval must be positive",
             ));
         }
         if t.channel_capacity == 0 {

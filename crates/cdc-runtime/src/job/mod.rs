@@ -448,6 +448,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
         _ => None,
     };
     po.batch_size = tuning.batch_size;
+    po.batch_bytes = tuning.batch_bytes;
     po.byte_budget = tuning.byte_budget;
     po.stream_in_progress = tuning.stream_in_progress;
     if let Some(dir) = &tuning.spill_dir {

@@ -4,6 +4,12 @@ use std::time::Duration;
 
 /// The default number of change events per batch.
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
+/// The default bytes of row data per batch (1 MiB): rows of up to 1 KB
+/// fill the whole [`DEFAULT_BATCH_SIZE`], and wider ones end a batch
+/// sooner, so the batches queued for the sinks hold a few MiB however wide
+/// the rows are (1,000 documents of 1 MB would otherwise be one batch of
+/// 1 GB).
+pub const DEFAULT_BATCH_BYTES: usize = 1024 * 1024;
 /// The default budget for buffered streamed transactions (64 MiB).
 pub const DEFAULT_BYTE_BUDGET: usize = 64 * 1024 * 1024;
 /// The default interval between standby status updates (10 s).

@@ -72,7 +72,8 @@
 //! # Memory
 //!
 //! Plain transactions are passed on as they arrive, in batches of
-//! `batch_size` events, so they take no more memory however large they are.
+//! `batch_size` events or `batch_bytes` of rows, whichever comes first, so
+//! they take no more memory however large they are.
 //! Streamed in-progress transactions (pgoutput v2+: the server streams a
 //! transaction once it outgrows its `logical_decoding_work_mem`) must be held
 //! until Stream Commit, and prepared ones (two-phase) until COMMIT PREPARED.
@@ -137,8 +138,8 @@ use crate::snapshot::{Snapshot, SnapshotPlan, SnapshotState};
 
 pub use convert::HEARTBEAT_PREFIX;
 pub use defaults::{
-    DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY, DEFAULT_RECEIVE_TIMEOUT,
-    DEFAULT_SINK_TIMEOUT, DEFAULT_STATUS_INTERVAL,
+    DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY,
+    DEFAULT_RECEIVE_TIMEOUT, DEFAULT_SINK_TIMEOUT, DEFAULT_STATUS_INTERVAL,
 };
 pub use error::PipelineError;
 pub use options::{Backoff, PipelineOptions, DEFAULT_STREAM_IN_PROGRESS, READ_PAUSE_BELOW};

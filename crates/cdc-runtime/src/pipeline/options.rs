@@ -71,8 +71,13 @@ pub struct PipelineOptions {
     /// until it does; off, the server holds it (spilling to its own disk)
     /// and sends it after the commit. Default: [`DEFAULT_STREAM_IN_PROGRESS`].
     pub stream_in_progress: bool,
-    /// Change events per batch.
+    /// Change events per batch: at most this many.
     pub batch_size: usize,
+    /// Bytes of row data per batch: a batch also ends once its events'
+    /// rows, as the server sent them, reach this many bytes, so that the
+    /// batches held for the sinks stay small however wide the rows are (see
+    /// [`DEFAULT_BATCH_BYTES`](super::DEFAULT_BATCH_BYTES)).
+    pub batch_bytes: usize,
     /// Bytes of streamed in-progress transactions held in memory; past it
     /// the largest is spilled to a file in `spill_dir`.
     pub byte_budget: usize,
@@ -129,7 +134,8 @@ pub const DEFAULT_STREAM_IN_PROGRESS: bool = false;
 pub const READ_PAUSE_BELOW: usize = 64 * 1024;
 
 impl PipelineOptions {
-    /// Options with the defaults (newest protocol version, batch 1000, 64 MiB
+    /// Options with the defaults (newest protocol version, batch 1000 events
+    /// or 1 MiB of rows, 64 MiB
     /// budget, spill files in the system temporary directory, 10 s status
     /// interval, 4 batches per sink channel, 90 s receive timeout, 120 s
     /// sink timeout, 1 ms read pause).
@@ -146,6 +152,7 @@ impl PipelineOptions {
             proto_version: None,
             stream_in_progress: DEFAULT_STREAM_IN_PROGRESS,
             batch_size: super::DEFAULT_BATCH_SIZE,
+            batch_bytes: super::DEFAULT_BATCH_BYTES,
             byte_budget: super::DEFAULT_BYTE_BUDGET,
             spill_dir: std::env::temp_dir(),
             status_interval: super::DEFAULT_STATUS_INTERVAL,

@@ -328,7 +328,7 @@ impl Source<'_> {
                     self.handle(shared, &mut stream, &mut ticker, &mut decoder, &payload).await?;
                     // What the same socket read brought in, without a select round each.
                     let mut drained = false;
-                    while self.pending.events.len() < opts.batch_size {
+                    while !self.batch_full() {
                         let Some(payload) = stream.buffered_message()? else {
                             drained = true;
                             break;
@@ -336,7 +336,7 @@ impl Source<'_> {
                         bytes += payload.len();
                         self.handle(shared, &mut stream, &mut ticker, &mut decoder, &payload).await?;
                     }
-                    if self.pending.events.len() >= opts.batch_size {
+                    if self.batch_full() {
                         self.ship(shared, &mut stream, &mut ticker).await?;
                     }
                     // A small read pauses unless the socket already holds

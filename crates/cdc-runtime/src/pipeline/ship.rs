@@ -33,6 +33,9 @@ pub(super) struct Pending {
     /// A checkpoint for the sink that commits checkpoints, taken after the
     /// first `.0` events.
     pub(super) checkpoint: Option<(usize, Arc<InSinkSave>)>,
+    /// The converter's [`row_bytes`](crate::event::EventConverter::row_bytes)
+    /// when this batch began.
+    pub(super) row_bytes_at: usize,
 }
 
 impl Pending {
@@ -58,7 +61,7 @@ impl Source<'_> {
         stream: &mut ReplicationStream,
         ticker: &mut tokio::time::Interval,
     ) -> Result<(), PipelineError> {
-        if self.pending.events.len() < self.options.batch_size {
+        if !self.batch_full() {
             return Ok(());
         }
         self.ship(shared, stream, ticker).await?;
@@ -66,6 +69,17 @@ impl Source<'_> {
             shared.send_status(stream).await?;
         }
         Ok(())
+    }
+
+    /// Whether the pending batch holds `batch_size` events, or rows of
+    /// `batch_bytes` (as sent).
+    pub(super) fn batch_full(&self) -> bool {
+        self.pending.events.len() >= self.options.batch_size
+            || self
+                .converter
+                .row_bytes()
+                .wrapping_sub(self.pending.row_bytes_at)
+                >= self.options.batch_bytes
     }
 
     /// Sends the pending batch to every sink, waiting for channel space
@@ -83,6 +97,7 @@ impl Source<'_> {
         let pending = std::mem::take(&mut self.pending);
         // What stays open continues in the next batch.
         self.pending.committed = 0;
+        self.pending.row_bytes_at = self.converter.row_bytes();
         // Room for as many events as this batch held (at most a full batch):
         // one allocation per batch instead of the doublings of a `Vec`
         // grown from empty, each copying the events so far.

@@ -177,7 +177,7 @@ impl Source<'_> {
                     added += (self.pending.events.len() - start) as u64;
                     // The rows are one unit with no commit until the end.
                     self.pending.committed = self.pending.events.len();
-                    if self.pending.events.len() >= self.options.batch_size {
+                    if self.batch_full() {
                         self.ship(shared, stream, ticker).await?;
                     }
                 }

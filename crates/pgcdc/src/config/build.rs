@@ -30,6 +30,7 @@ impl Config {
             })
             .tuning(PipelineTuning {
                 batch_size: self.pipeline.batch_size,
+                batch_bytes: self.pipeline.batch_bytes,
                 byte_budget: self.pipeline.byte_budget,
                 stream_in_progress: self.pipeline.stream_in_progress,
                 spill_dir: self.pipeline.spill_dir.clone(),

@@ -32,6 +32,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_SOURCE_RECEIVE_TIMEOUT_SECS",
     "PGCDC_SOURCE_ON_SLOT_LOST",
     "PGCDC_PIPELINE_BATCH_SIZE",
+    "PGCDC_PIPELINE_BATCH_BYTES",
     "PGCDC_PIPELINE_BYTE_BUDGET",
     "PGCDC_PIPELINE_STREAM_IN_PROGRESS",
     "PGCDC_PIPELINE_SPILL_DIR",
@@ -257,6 +258,9 @@ impl Config {
         };
         if let Some(v) = num("batch_size")? {
             p.batch_size = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = num("batch_bytes")? {
+            p.batch_bytes = usize::try_from(v).unwrap_or(usize::MAX);
         }
         if let Some(v) = num("byte_budget")? {
             p.byte_budget = usize::try_from(v).unwrap_or(usize::MAX);

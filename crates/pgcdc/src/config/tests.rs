@@ -28,6 +28,10 @@ fn parses_with_defaults_and_hides_the_password() {
     assert_eq!(c.source.port, 5432);
     assert!(c.source.create_slot);
     assert_eq!(c.pipeline.batch_size, DEFAULT_BATCH_SIZE);
+    assert_eq!(
+        c.pipeline.batch_bytes,
+        cdc_runtime::pipeline::DEFAULT_BATCH_BYTES
+    );
     assert_eq!(c.pipeline.spill_dir, None);
     assert_eq!(c.status_interval(), Duration::from_secs(10));
     assert!(matches!(
@@ -59,6 +63,7 @@ fn environment_overrides_the_file() {
         ("PGCDC_SOURCE_PASSWORD", "from-env"),
         ("PGCDC_SOURCE_TABLES", "a, b.c"),
         ("PGCDC_PIPELINE_BATCH_SIZE", "7"),
+        ("PGCDC_PIPELINE_BATCH_BYTES", "4096"),
         ("PGCDC_PIPELINE_SPILL_DIR", "/var/tmp/spill"),
         ("PGCDC_PIPELINE_WORKER_THREADS", "3"),
     ]
@@ -70,6 +75,7 @@ fn environment_overrides_the_file() {
     let names: Vec<&str> = c.source.tables.iter().map(|t| t.name()).collect();
     assert_eq!(names, ["a", "b.c"]);
     assert_eq!(c.pipeline.batch_size, 7);
+    assert_eq!(c.pipeline.batch_bytes, 4096);
     assert_eq!(c.pipeline.worker_threads, Some(3));
     assert_eq!(c.pipeline.runtime_threads(Some("5")), 3);
     assert_eq!(
