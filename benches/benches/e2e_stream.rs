@@ -45,7 +45,8 @@
 //! `PGCDC_E2E_W3_TXNS` (default 100) transactions, each updating the same preloaded
 //! rows. The pgcdc child runs on one tokio worker
 //! thread (`PGCDC_E2E_WORKERS` to change); `PGCDC_E2E_READ_PAUSE_US` overrides
-//! `PipelineOptions::read_pause`, `PGCDC_E2E_BATCH` `batch_size` and `PGCDC_E2E_CHANNEL`
+//! `PipelineOptions::read_pause`, `PGCDC_E2E_BATCH` `batch_size`,
+//! `PGCDC_E2E_BATCH_BYTES` `batch_bytes` and `PGCDC_E2E_CHANNEL`
 //! `channel_capacity` (for experiments). For instruction counts:
 //! `PGCDC_E2E_ONLY` (comma-separated labels: `recvlogical`, `null`, `debezium`, `file`,
 //! `filemetrics` (the file sink with metrics kept and encoded every second, as a scrape),
@@ -140,6 +141,12 @@ async fn pgcdc_contender(kind: &str) {
         .map(|v| v.parse().unwrap())
     {
         options.batch_size = n;
+    }
+    if let Some(n) = std::env::var("PGCDC_E2E_BATCH_BYTES")
+        .ok()
+        .map(|v| v.parse().unwrap())
+    {
+        options.batch_bytes = n;
     }
     if let Some(n) = std::env::var("PGCDC_E2E_CHANNEL")
         .ok()
@@ -337,6 +344,9 @@ impl Contender {
 struct Sample {
     wall: f64,
     cpu: f64,
+    /// The system (kernel) part of `cpu`: reads, writes and wake-ups, whose cost
+    /// depends on the machine far more than the user part's does.
+    sys: f64,
     peak_kb: f64,
     /// The median of the contender's resident memory sampled every 5 ms while it
     /// runs (see [`rss_kb`]): its steady level, where `peak_kb` is the high-water mark.
@@ -402,6 +412,7 @@ fn measure(cmd: Command, label: &str) -> (Sample, String) {
     let sample = Sample {
         wall,
         cpu: f[1] + f[2],
+        sys: f[2],
         peak_kb: f[3],
         // A run too short to sample has only its peak.
         steady_kb: if rss.is_empty() { f[3] } else { median(rss) },
@@ -707,9 +718,10 @@ async fn compare(
                 assert_eq!(events, rows, "{label}: every row is one event");
             }
             eprintln!(
-                "  {:.2} s, {:.2} s CPU, {:.0} MB peak, {:.1} MB steady",
+                "  {:.2} s, {:.2} s CPU ({:.2} s system), {:.0} MB peak, {:.1} MB steady",
                 sample.wall,
                 sample.cpu,
+                sample.sys,
                 sample.peak_kb / 1024.0,
                 sample.steady_kb / 1024.0
             );
