@@ -91,6 +91,46 @@ async fn lsn(client: &tokio_postgres::Client, sql: &str) -> Lsn {
     text.parse().unwrap()
 }
 
+/// Where slot `slot` is confirmed up to.
+async fn confirmed(client: &tokio_postgres::Client, slot: &str) -> Lsn {
+    let text: String = client
+        .query_one(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    text.parse().unwrap()
+}
+
+/// Starts `pgcdc run` on `public.<table>` of `db` through slot `name`
+/// (snapshot mode `latest`, checkpoints every 200 ms), writing Debezium JSON
+/// to the file sink in a new directory (see [`output`]); returns once it
+/// streams.
+async fn start(
+    db: &integration_tests::TestDatabase,
+    client: &tokio_postgres::Client,
+    table: &str,
+    name: &str,
+) -> (integration_tests::TempDir, Pgcdc) {
+    let dir = integration_tests::TempDir::new(name);
+    let events = dir.path().join("events.jsonl");
+    let config = dir.path().join("pgcdc.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{source}\n[snapshot]\nmode = \"latest\"\n\n[[sinks]]\ntype = \"file\"\npath = {events:?}\n\n\
+             [checkpoint]\njob = \"{name}\"\ninterval_ms = 200\n",
+            source = db.source_toml(&[&format!("public.{table}")], name, &format!("{name}_pub")),
+        ),
+    )
+    .unwrap();
+    let pgcdc = Pgcdc::run(&config).unwrap();
+    await_streaming(client, name, &pgcdc).await;
+    (dir, pgcdc)
+}
+
 /// Waits until `pgcdc` streams from `slot`, which it creates: the slot is
 /// active and has reached its consistent point. A slot is active while it
 /// is being created too, and rows committed before its consistent point are
@@ -134,22 +174,8 @@ async fn small_transactions_stream_within_the_steady_budget() {
         )
         .await
         .unwrap();
-    let dir = integration_tests::TempDir::new("steady-memory");
-    let events = dir.path().join("events.jsonl");
-    let slot = "steady_memory";
-    let config = dir.path().join("pgcdc.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{source}\n[snapshot]\nmode = \"latest\"\n\n[[sinks]]\ntype = \"file\"\npath = {events:?}\n\n\
-             [checkpoint]\njob = \"steady_memory\"\ninterval_ms = 200\n",
-            source = db.source_toml(&["public.wide"], slot, "steady_memory_pub"),
-        ),
-    )
-    .unwrap();
-    let mut pgcdc = Pgcdc::run(&config).unwrap();
+    let (dir, mut pgcdc) = start(&db, &client, "wide", "steady_memory").await;
     let pid = pgcdc.id().unwrap();
-    await_streaming(&client, slot, &pgcdc).await;
 
     // One round trip: a transaction per 10 rows, committed inside the block.
     let writer = db.connect().await.unwrap();
@@ -192,12 +218,7 @@ async fn small_transactions_stream_within_the_steady_budget() {
             end = Some(lsn(&client, "SELECT pg_current_wal_insert_lsn()::text").await);
         }
         if let Some(end) = end {
-            let confirmed = lsn(
-                &client,
-                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'steady_memory'",
-            )
-            .await;
-            if confirmed >= end {
+            if confirmed(&client, "steady_memory").await >= end {
                 break;
             }
         }
@@ -251,22 +272,8 @@ async fn a_transaction_of_wide_rows_passes_in_batches_of_batch_bytes() {
         .batch_execute("CREATE TABLE docs (id bigint PRIMARY KEY, body text NOT NULL)")
         .await
         .unwrap();
-    let dir = integration_tests::TempDir::new("wide-memory");
-    let events = dir.path().join("events.jsonl");
-    let slot = "wide_memory";
-    let config = dir.path().join("pgcdc.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{source}\n[snapshot]\nmode = \"latest\"\n\n[[sinks]]\ntype = \"file\"\npath = {events:?}\n\n\
-             [checkpoint]\njob = \"wide_memory\"\ninterval_ms = 200\n",
-            source = db.source_toml(&["public.docs"], slot, "wide_memory_pub"),
-        ),
-    )
-    .unwrap();
-    let mut pgcdc = Pgcdc::run(&config).unwrap();
+    let (dir, mut pgcdc) = start(&db, &client, "docs", "wide_memory").await;
     let pid = pgcdc.id().unwrap();
-    await_streaming(&client, slot, &pgcdc).await;
     let before = rss(pid).unwrap();
 
     // 256 KiB a row: 8,192 copies of a 32-character hash (compressed in
@@ -289,12 +296,7 @@ async fn a_transaction_of_wide_rows_passes_in_batches_of_batch_bytes() {
         if let Some(r) = rss(pid) {
             peak = peak.max(r.anon);
         }
-        let confirmed = lsn(
-            &client,
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'wide_memory'",
-        )
-        .await;
-        if confirmed >= end {
+        if confirmed(&client, "wide_memory").await >= end {
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
