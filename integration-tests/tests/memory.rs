@@ -81,6 +81,14 @@ fn output(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         .unwrap_or_default()
 }
 
+/// Lines in the file sink's output files.
+fn lines(dir: &std::path::Path) -> usize {
+    output(dir)
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
+        .sum()
+}
+
 fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v[v.len() / 2]
@@ -227,10 +235,7 @@ async fn small_transactions_stream_within_the_steady_budget() {
     write.await.unwrap();
     let streamed = started.elapsed();
     pgcdc.terminate(TIMEOUT).await.unwrap();
-    let lines: usize = output(dir.path())
-        .iter()
-        .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
-        .sum();
+    let lines = lines(dir.path());
     assert_eq!(lines, (TXNS * ROWS_PER_TXN) as usize, "one line per row");
 
     assert!(samples.len() >= 20, "{} samples", samples.len());
@@ -303,10 +308,7 @@ async fn a_transaction_of_wide_rows_passes_in_batches_of_batch_bytes() {
     }
     let streamed = started.elapsed();
     pgcdc.terminate(TIMEOUT).await.unwrap();
-    let lines: usize = output(dir.path())
-        .iter()
-        .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
-        .sum();
+    let lines = lines(dir.path());
     assert_eq!(lines, ROWS, "one line per row");
     let bytes: u64 = output(dir.path())
         .iter()
