@@ -1,5 +1,6 @@
 //! Tests of the configuration file.
 use super::*;
+use cdc_runtime::pipeline::{DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE};
 use std::collections::HashMap;
 
 const MINIMAL: &str = r#"
@@ -28,10 +29,7 @@ fn parses_with_defaults_and_hides_the_password() {
     assert_eq!(c.source.port, 5432);
     assert!(c.source.create_slot);
     assert_eq!(c.pipeline.batch_size, DEFAULT_BATCH_SIZE);
-    assert_eq!(
-        c.pipeline.batch_bytes,
-        cdc_runtime::pipeline::DEFAULT_BATCH_BYTES
-    );
+    assert_eq!(c.pipeline.batch_bytes, DEFAULT_BATCH_BYTES);
     assert_eq!(c.pipeline.spill_dir, None);
     assert_eq!(c.status_interval(), Duration::from_secs(10));
     assert!(matches!(
