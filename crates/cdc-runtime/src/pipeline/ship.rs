@@ -91,6 +91,8 @@ impl Source<'_> {
         ticker: &mut tokio::time::Interval,
     ) -> Result<(), PipelineError> {
         if self.pending.is_empty() {
+            // Rows made for no event (none is pending) count towards no batch.
+            self.pending.row_bytes_at = self.converter.row_bytes();
             return Ok(());
         }
         self.facts.fill(&self.pending.events).await;
