@@ -168,8 +168,10 @@ impl<'r> Iterator for Cells<'r> {
 #[derive(Debug, Default)]
 pub(crate) struct RowArena {
     buf: BytesMut,
-    /// Bytes of rows made so far (wrapping): the pipeline ends a batch when
-    /// its rows reach `PipelineOptions::batch_bytes`.
+    /// Bytes of streamed rows made so far ([`row`](Self::row), wrapping):
+    /// the pipeline ends a batch when its rows reach
+    /// `PipelineOptions::batch_bytes`. Snapshot rows (`binary_row`) are
+    /// not counted: nothing reads that arena's count.
     copied: usize,
 }
 
@@ -214,12 +216,11 @@ impl RowArena {
             self.buf.clear();
             return None;
         }
-        self.copied = self.copied.wrapping_add(self.buf.len());
         Some(Row::wire(self.buf.split().freeze(), count))
     }
 
-    /// Bytes of the rows made so far, wrapping: the difference of two
-    /// readings is what was made between them.
+    /// Bytes of the streamed rows made so far, wrapping: the difference of
+    /// two readings is what was made between them.
     pub(crate) fn copied(&self) -> usize {
         self.copied
     }

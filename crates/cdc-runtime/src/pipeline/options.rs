@@ -73,10 +73,12 @@ pub struct PipelineOptions {
     pub stream_in_progress: bool,
     /// Change events per batch: at most this many.
     pub batch_size: usize,
-    /// Bytes of row data per batch: a batch also ends once its events'
-    /// rows, as the server sent them, reach this many bytes, so that the
-    /// batches held for the sinks stay small however wide the rows are (see
-    /// [`DEFAULT_BATCH_BYTES`](super::DEFAULT_BATCH_BYTES)).
+    /// Bytes of row data per batch: a batch also ends once the rows of its
+    /// streamed changes, as the server sent them, reach this many bytes, so
+    /// that the batches held for the sinks stay small however wide the rows
+    /// are (see [`DEFAULT_BATCH_BYTES`](super::DEFAULT_BATCH_BYTES)). Rows
+    /// of an initial snapshot come in the readers' chunks and are counted
+    /// by `batch_size` only.
     pub batch_bytes: usize,
     /// Bytes of streamed in-progress transactions held in memory; past it
     /// the largest is spilled to a file in `spill_dir`.
