@@ -15,7 +15,7 @@
 //! the default system allocator held 2.6–3.6 MB anonymous, 16.0–16.8 MB in
 //! all (five runs), the `dist` build 2.5–2.8 and 13.5–13.8 MB (three); with
 //! `--features mimalloc` 6.3–8.0 MB anonymous, 19.4–21.1 MB in all (three
-//! alternating runs; the README's Performance section has more).
+//! alternating runs; benches/RESULTS.md has more).
 //!
 //! A second test holds wide rows to `pipeline.batch_bytes`: a transaction of
 //! 100 MB of rows passes through in batches of about 1 MiB.

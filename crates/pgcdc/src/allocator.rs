@@ -12,7 +12,7 @@
 //! here. The price is a purge system call per freed page run: on 1 KB rows
 //! changed 1,000,000 times about 10–15% more client CPU, and no measured
 //! difference on the small-transaction and one-large-transaction workloads
-//! (see the README's Performance section).
+//! (see benches/RESULTS.md).
 //!
 //! `MIMALLOC_PURGE_DELAY` in the environment wins over this setting.
 #![allow(unsafe_code)]
