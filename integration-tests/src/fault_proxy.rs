@@ -57,7 +57,7 @@ struct Shared {
     accepted: AtomicUsize,
 }
 
-/// A fault-injecting TCP proxy; see the [module docs](self). Dropping it
+/// A fault-injecting TCP proxy (see the module docs). Dropping it
 /// stops listening and closes every connection.
 pub struct FaultProxy {
     addr: SocketAddr,

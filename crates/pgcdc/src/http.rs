@@ -1,6 +1,6 @@
 //! The monitoring endpoint: `/metrics` (Prometheus), `/healthz`, `/readyz`
 //! and the status page at `/`, served by axum from a job's
-//! [`Monitor`](cdc_runtime::monitor::Monitor).
+//! [`Monitor`].
 //!
 //! It listens on `[metrics] listen` (default `127.0.0.1:9187`, localhost
 //! only); `""` turns it off and port 0 picks a free port. Requests are

@@ -26,8 +26,7 @@ pub struct SlotState {
     /// `wal_status` (PostgreSQL 13+): `reserved`, `extended`, `unreserved`
     /// (WAL will soon be removed) or `lost`.
     pub wal_status: Option<String>,
-    /// Why the server invalidated the slot (`None`: it is usable); see
-    /// [`super::slot_lost`].
+    /// Why the server invalidated the slot (`None`: it is usable).
     pub invalidated: Option<String>,
 }
 

@@ -90,7 +90,7 @@ pub enum ConfigError {
 /// Settings of one replication connection.
 ///
 /// Built with [`ReplicationConfig::new`] and setters, or parsed with
-/// [`FromStr`] from a libpq-style `key=value` string
+/// [`FromStr`](std::str::FromStr) from a libpq-style `key=value` string
 /// (`host=db port=5432 user=cdc dbname=app sslmode=verify-full`) or a
 /// `postgresql://user:password@host:port/dbname?sslmode=require` URL.
 ///

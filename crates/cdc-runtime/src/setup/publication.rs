@@ -328,7 +328,7 @@ pub(super) async fn publication(
     Ok(change)
 }
 
-/// What [`prepare`] did to the publication (with [`SetupMode::Plan`]:
+/// What [`prepare`](super::prepare) did to the publication (with [`SetupMode::Plan`]:
 /// would do).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PublicationChange {

@@ -38,7 +38,7 @@ pub use options::{DroppedColumns, PgTableSinkOptions, TableName};
 ///   deletes the row under the old key.
 /// * Delete: `DELETE … WHERE key = …`. Truncate: `TRUNCATE`. Messages are ignored.
 /// * Schema change: the target table follows in the same transaction (see
-///   [`ddl`](self) and the README's Schema changes section): added columns
+///   `ddl` and the README's Schema changes section): added columns
 ///   are added, renamed columns and tables renamed, a type change applied
 ///   with a cast (`USING col::type`), a dropped column kept or dropped as
 ///   [`PgTableSinkOptions::dropped_columns`] says. A change the target
