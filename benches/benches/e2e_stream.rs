@@ -46,7 +46,7 @@
 //! rows. The pgcdc child runs on one tokio worker
 //! thread (`PGCDC_E2E_WORKERS` to change); `PGCDC_E2E_READ_PAUSE_US` overrides
 //! `PipelineOptions::read_pause`, `PGCDC_E2E_BATCH` `batch_size`,
-//! `PGCDC_E2E_BATCH_BYTES` `batch_bytes` and `PGCDC_E2E_CHANNEL`
+//! `PGCDC_E2E_BATCH_BYTES` `batch_bytes`, `PGCDC_E2E_MIN_FLUSH_US` `min_flush_interval` and `PGCDC_E2E_CHANNEL`
 //! `channel_capacity` (for experiments). For instruction counts:
 //! `PGCDC_E2E_ONLY` (comma-separated labels: `recvlogical`, `null`, `debezium`, `file`,
 //! `filemetrics` (the file sink with metrics kept and encoded every second, as a scrape),
@@ -147,6 +147,12 @@ async fn pgcdc_contender(kind: &str) {
         .map(|v| v.parse().unwrap())
     {
         options.batch_bytes = n;
+    }
+    if let Some(n) = std::env::var("PGCDC_E2E_MIN_FLUSH_US")
+        .ok()
+        .map(|v| v.parse().unwrap())
+    {
+        options.min_flush_interval = Duration::from_micros(n);
     }
     if let Some(n) = std::env::var("PGCDC_E2E_CHANNEL")
         .ok()

@@ -1155,3 +1155,151 @@ async fn proto_version_1_is_asked_for_and_the_server_does_not_stream() {
     assert!(!err.is_transient(), "{err}");
     assert!(err.to_string().contains("proto_version 99"), "{err}");
 }
+
+/// A real file sink that counts its writes (batches), flushes, and the
+/// events written and flushed.
+struct CountingSink {
+    inner: FileSink,
+    counts: Arc<SinkCounts>,
+}
+
+#[derive(Default)]
+struct SinkCounts {
+    writes: AtomicU64,
+    flushes: AtomicU64,
+    written: AtomicU64,
+    flushed: AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl Sink for CountingSink {
+    async fn write(&mut self, batch: &[ChangeEvent]) -> Result<(), SinkError> {
+        self.inner.write(batch).await?;
+        self.counts.writes.fetch_add(1, Ordering::SeqCst);
+        self.counts
+            .written
+            .fetch_add(batch.len() as u64, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        self.inner.flush().await?;
+        self.counts.flushes.fetch_add(1, Ordering::SeqCst);
+        let written = self.counts.written.load(Ordering::SeqCst);
+        self.counts.flushed.store(written, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<(), SinkError> {
+        self.inner.close().await
+    }
+}
+
+/// A table `paced`, its slot and publication, and a counting file sink in
+/// `dir`.
+async fn paced_job(name: &str) -> (TestDatabase, Client, SourceConfig, PathBuf, CountingSink) {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    client
+        .batch_execute("CREATE TABLE paced (id int8 PRIMARY KEY, v text)")
+        .await
+        .unwrap();
+    let source = source_config(&db, &["paced"], &format!("pgcdc_{name}"));
+    setup(&source).await.unwrap();
+    let base = temp_dir(name).join("out.jsonl");
+    let inner = FileSink::open(
+        FileSinkOptions {
+            path: base.clone(),
+            max_file_bytes: 0,
+            page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
+            direct_io: true,
+        },
+        JsonEncoder::new(JsonFormat::Plain),
+    )
+    .await
+    .unwrap();
+    let sink = CountingSink {
+        inner,
+        counts: Arc::default(),
+    };
+    (db, client, source, base, sink)
+}
+
+/// A job catching up (its transactions committed more than 100 ms ago)
+/// flushes at most once per `min_flush_interval`, unless 16 batches were
+/// written since a commit: 2,000 one-row transactions committed before the
+/// job starts, in batches of 50 events through the real file sink with a
+/// 10 s interval, take about one flush per 16 batches, and every row
+/// reaches the file. Without the pacing each batch
+/// that finds no other queued behind it is flushed.
+#[tokio::test]
+async fn a_job_catching_up_shares_its_flushes() {
+    let (_db, client, source, base, sink) = paced_job("paced_catch_up").await;
+    let counts = Arc::clone(&sink.counts);
+    let txns: String = (1..=2000)
+        .map(|i| format!("BEGIN; INSERT INTO paced VALUES ({i}, 'row {i}'); COMMIT;"))
+        .collect();
+    client.batch_execute(&txns).await.unwrap();
+    // Not synchronisation: the transactions must be older than 100 ms (the
+    // pacing's catching-up age) when the job reads them.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut opts = options(&source);
+    opts.min_flush_interval = Duration::from_secs(10);
+    let (stop, task, _progress) = spawn(opts, vec![Box::new(sink)]);
+    await_condition("all rows written", || {
+        counts.written.load(Ordering::SeqCst) >= 2000
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+
+    assert_eq!(read_lines(&base).len(), 2000, "every row in the file");
+    let writes = counts.writes.load(Ordering::SeqCst);
+    let flushes = counts.flushes.load(Ordering::SeqCst);
+    eprintln!("{flushes} flushes for {writes} batches");
+    assert!(writes >= 40, "{writes} batches of at most 50 events");
+    // The first flush, one per 16 batches, the last (at close), and one
+    // more should the interval pass on a slow machine.
+    assert!(
+        flushes <= 3 + writes / 16,
+        "{flushes} flushes for {writes} batches"
+    );
+}
+
+/// A job that keeps up is not paced: with a 10 s `min_flush_interval`, five
+/// transactions committed one after the other while the job runs, each as
+/// soon as the one before is flushed, are flushed within 5 s (a held flush
+/// would wait the 10 s). One may be late: a scheduling stall of over 100 ms
+/// on a busy machine makes its commit look caught up with. Paced by mistake,
+/// every other one would be.
+#[tokio::test]
+async fn a_job_that_keeps_up_flushes_each_commit_at_once() {
+    let (_db, client, source, base, sink) = paced_job("paced_keep_up").await;
+    let counts = Arc::clone(&sink.counts);
+    let mut opts = options(&source);
+    opts.min_flush_interval = Duration::from_secs(10);
+    // The slot exists: rows committed from now on are in its stream.
+    let (stop, task, _progress) = spawn(opts, vec![Box::new(sink)]);
+    let mut late = Vec::new();
+    for i in 1..=5u64 {
+        client
+            .batch_execute(&format!("INSERT INTO paced VALUES ({i}, 'row {i}')"))
+            .await
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        await_condition(&format!("row {i} is flushed"), || {
+            counts.flushed.load(Ordering::SeqCst) >= i
+        })
+        .await;
+        if started.elapsed() > Duration::from_secs(5) {
+            late.push(i);
+        }
+    }
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    assert_eq!(read_lines(&base).len(), 5);
+    assert!(
+        late.len() <= 1,
+        "rows {late:?} waited over 5 s for their flush"
+    );
+}

@@ -91,6 +91,10 @@ pub struct PipelineTuning {
     pub batch_bytes: usize,
     /// Bytes of streamed in-progress transactions held in memory.
     pub byte_budget: usize,
+    /// The least time between two flushes of a sink while commits keep
+    /// coming (see
+    /// [`PipelineOptions::min_flush_interval`](crate::pipeline::PipelineOptions::min_flush_interval)).
+    pub min_flush_interval: Duration,
     /// Whether the server streams large transactions before they commit
     /// (see [`PipelineOptions::stream_in_progress`](crate::pipeline::PipelineOptions::stream_in_progress)).
     pub stream_in_progress: bool,
@@ -118,6 +122,7 @@ impl Default for PipelineTuning {
             batch_size: DEFAULT_BATCH_SIZE,
             batch_bytes: DEFAULT_BATCH_BYTES,
             byte_budget: DEFAULT_BYTE_BUDGET,
+            min_flush_interval: crate::pipeline::DEFAULT_MIN_FLUSH_INTERVAL,
             stream_in_progress: crate::pipeline::DEFAULT_STREAM_IN_PROGRESS,
             spill_dir: None,
             status_interval: DEFAULT_STATUS_INTERVAL,

@@ -450,6 +450,7 @@ async fn start(builder: JobBuilder) -> Result<Option<Started>, JobError> {
     po.batch_size = tuning.batch_size;
     po.batch_bytes = tuning.batch_bytes;
     po.byte_budget = tuning.byte_budget;
+    po.min_flush_interval = tuning.min_flush_interval;
     po.stream_in_progress = tuning.stream_in_progress;
     if let Some(dir) = &tuning.spill_dir {
         po.spill_dir = dir.clone();

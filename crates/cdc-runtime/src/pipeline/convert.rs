@@ -147,6 +147,7 @@ impl Source<'_> {
         let added = (n + derived).saturating_sub(boundaries);
         if let TxnEvent::Commit(c) = event {
             self.pending.commit_end = Some(c.end_lsn);
+            self.pending.commit_time = Some(c.commit_time);
             if shared.monitor.is_some() {
                 self.pending.commit_times.push(c.commit_time);
             }

@@ -139,7 +139,8 @@ use crate::snapshot::{Snapshot, SnapshotPlan, SnapshotState};
 pub use convert::HEARTBEAT_PREFIX;
 pub use defaults::{
     DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY,
-    DEFAULT_RECEIVE_TIMEOUT, DEFAULT_SINK_TIMEOUT, DEFAULT_STATUS_INTERVAL,
+    DEFAULT_MIN_FLUSH_INTERVAL, DEFAULT_RECEIVE_TIMEOUT, DEFAULT_SINK_TIMEOUT,
+    DEFAULT_STATUS_INTERVAL,
 };
 pub use error::PipelineError;
 pub use options::{Backoff, PipelineOptions, DEFAULT_STREAM_IN_PROGRESS, READ_PAUSE_BELOW};
@@ -306,7 +307,12 @@ impl Pipeline {
             server_wal_end: Lsn::INVALID,
             event_counts: crate::monitor::EventCounts::default(),
         };
-        shared.spawn_sinks(sinks, options.channel_capacity, options.sink_timeout)?;
+        shared.spawn_sinks(
+            sinks,
+            options.channel_capacity,
+            options.sink_timeout,
+            options.min_flush_interval,
+        )?;
         let mut source = Source {
             options: &options,
             assembler: TxnAssembler::new(),

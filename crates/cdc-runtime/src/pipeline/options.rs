@@ -83,6 +83,16 @@ pub struct PipelineOptions {
     /// Bytes of streamed in-progress transactions held in memory; past it
     /// the largest is spilled to a file in `spill_dir`.
     pub byte_budget: usize,
+    /// The least time between the starts of two flushes of a sink (an
+    /// fsync for the file sink) while commits keep coming. A sink flushes
+    /// once a commit is written and no batch waits behind it (group
+    /// commit); a flush that falls due sooner than this after the last one
+    /// is held until then, and the batches that arrive meanwhile share it.
+    /// A flush for a checkpoint, or after 16 batches since a commit, is
+    /// never held. It adds up to this much latency, and only while commits
+    /// come faster than this. Zero: flush whenever a commit is due.
+    /// Default: [`DEFAULT_MIN_FLUSH_INTERVAL`](super::DEFAULT_MIN_FLUSH_INTERVAL).
+    pub min_flush_interval: Duration,
     /// Where spill files go.
     pub spill_dir: PathBuf,
     /// Interval between standby status updates.
@@ -138,7 +148,8 @@ pub const READ_PAUSE_BELOW: usize = 64 * 1024;
 impl PipelineOptions {
     /// Options with the defaults (newest protocol version, batch 1000 events
     /// or 1 MiB of rows, 64 MiB
-    /// budget, spill files in the system temporary directory, 10 s status
+    /// budget, flushes at least 5 ms apart, spill files in the system
+    /// temporary directory, 10 s status
     /// interval, 4 batches per sink channel, 90 s receive timeout, 120 s
     /// sink timeout, 1 ms read pause).
     pub fn new(
@@ -156,6 +167,7 @@ impl PipelineOptions {
             batch_size: super::DEFAULT_BATCH_SIZE,
             batch_bytes: super::DEFAULT_BATCH_BYTES,
             byte_budget: super::DEFAULT_BYTE_BUDGET,
+            min_flush_interval: super::DEFAULT_MIN_FLUSH_INTERVAL,
             spill_dir: std::env::temp_dir(),
             status_interval: super::DEFAULT_STATUS_INTERVAL,
             channel_capacity: super::DEFAULT_CHANNEL_CAPACITY,

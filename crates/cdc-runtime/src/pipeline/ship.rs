@@ -27,6 +27,8 @@ pub(super) struct Pending {
     /// Commit times of the transactions that end in `events`, for the
     /// commit-to-flush latency.
     pub(super) commit_times: Vec<cdc_core::PgTimestamp>,
+    /// The commit time of the newest transaction that ends in `events`.
+    pub(super) commit_time: Option<cdc_core::PgTimestamp>,
     /// How many of `events` belong to committed transactions (or are
     /// non-transactional messages); the rest belong to the open one.
     pub(super) committed: usize,
@@ -111,6 +113,7 @@ impl Source<'_> {
             events: pending.events,
             commit_end: pending.commit_end,
             commit_times: pending.commit_times,
+            commit_time: pending.commit_time,
             checkpoint: pending.checkpoint,
         });
         // Events of a transaction not yet committed carry on into the next
@@ -146,6 +149,7 @@ impl Shared {
         sinks: Vec<Box<dyn Sink>>,
         capacity: usize,
         timeout: Option<std::time::Duration>,
+        min_flush_interval: std::time::Duration,
     ) -> Result<(), PipelineError> {
         let retry = super::sink_task::SinkRetry::with_timeout(timeout);
         let committing = committing_sink(&sinks, self.coordinator.is_some())?;
@@ -166,8 +170,15 @@ impl Shared {
                     sink, rx, ack_tx, acked, peers, retry, watch,
                 ));
             } else {
-                self.tasks
-                    .spawn(run_sink(sink, rx, ack_tx, acked, retry, watch));
+                self.tasks.spawn(run_sink(
+                    sink,
+                    rx,
+                    ack_tx,
+                    acked,
+                    retry,
+                    watch,
+                    min_flush_interval,
+                ));
             }
             self.senders.push(tx);
             self.acks.push(ack_rx);
@@ -212,6 +223,7 @@ impl Shared {
             events: Vec::new(),
             commit_end: None,
             commit_times: Vec::new(),
+            commit_time: None,
             checkpoint: Some((0, save)),
         });
         for tx in &self.senders {

@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use cdc_core::{Fault, Lsn};
 use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
 
 use crate::checkpoint::InSinkSave;
 use crate::event::ChangeEvent;
@@ -45,6 +46,9 @@ use crate::monitor::SinkWatch;
 use crate::sinks::{Sink, SinkError};
 
 use super::Backoff;
+
+mod pacing;
+use pacing::FlushPacing;
 
 /// Flush once this many batches are written after a commit, even when more
 /// are queued.
@@ -61,6 +65,8 @@ pub(crate) struct Batch {
     /// Commit times of the transactions that end in this batch (kept only
     /// when the pipeline is monitored).
     pub(crate) commit_times: Vec<cdc_core::PgTimestamp>,
+    /// The commit time of the newest transaction that ends in this batch.
+    pub(crate) commit_time: Option<cdc_core::PgTimestamp>,
     /// A checkpoint for the sink that commits checkpoints, taken after the
     /// first `.0` events (the others ignore it).
     pub(crate) checkpoint: Option<(usize, Arc<InSinkSave>)>,
@@ -354,10 +360,14 @@ impl Retrying {
 ///
 /// A flush happens only when it can acknowledge something: once a commit has
 /// been written and no batch is queued behind it, or after
-/// [`MAX_BATCHES_PER_FLUSH`] more batches. That is group commit without a
-/// delay: the batches that arrive while a flush (an fsync for the file sink)
-/// runs queue up and share the next one, so flushes get rarer as traffic
-/// grows, and a quiet stream pays no wait for them. Batches in the middle of
+/// [`MAX_BATCHES_PER_FLUSH`] more batches. That is group commit: the
+/// batches that arrive while a flush (an fsync for the file sink) runs
+/// queue up and share the next one, so flushes get rarer as traffic grows.
+/// While the job catches up with fast commits, flushes also start at least
+/// `min_flush_interval` apart (see [`FlushPacing`] and
+/// [`PipelineOptions::min_flush_interval`](super::PipelineOptions::min_flush_interval)):
+/// a flush due sooner is held until then, and the batches that arrive
+/// meanwhile share it; a job that keeps up pays no wait. Batches in the middle of
 /// a large transaction are written without flushing, since nothing before its
 /// commit can be acknowledged anyway. When the channel closes the sink is
 /// closed (which flushes) and its final position published.
@@ -368,8 +378,9 @@ pub(crate) async fn run_sink(
     acked: Arc<Notify>,
     retry: SinkRetry,
     watch: Option<SinkWatch>,
+    min_flush_interval: Duration,
 ) -> Result<(), SinkError> {
-    run_sink_with(sink, rx, ack, acked, retry, watch).await
+    run_sink_with(sink, rx, ack, acked, retry, watch, min_flush_interval).await
 }
 
 /// [`run_sink`] with a retry policy.
@@ -380,6 +391,7 @@ pub(crate) async fn run_sink_with(
     acked: Arc<Notify>,
     retry: SinkRetry,
     watch: Option<SinkWatch>,
+    min_flush_interval: Duration,
 ) -> Result<(), SinkError> {
     let mut sink = Retrying::new(sink, retry, watch);
     let mut written = Lsn::INVALID;
@@ -399,7 +411,33 @@ pub(crate) async fn run_sink_with(
             acked.notify_one();
         }
     };
-    while let Some(batch) = rx.recv().await {
+    let mut pacing = FlushPacing::new(min_flush_interval);
+    // A flush that is due but held back by the pacing, until then.
+    let mut held: Option<Instant> = None;
+    loop {
+        let next = match held {
+            None => rx.recv().await,
+            Some(at) => tokio::select! {
+                next = rx.recv() => next,
+                () = tokio::time::sleep_until(at) => {
+                    held = None;
+                    if dirty {
+                        // Paced from when it was due, not from when the
+                        // timer (rounded up to its millisecond) fired, so
+                        // that the flushes of a steady stream do not drift
+                        // later and later after its commits.
+                        pacing.started(at);
+                        sink.flush().await?;
+                        dirty = false;
+                    }
+                    publish(written);
+                    published = written;
+                    since_commit = 0;
+                    continue;
+                }
+            },
+        };
+        let Some(batch) = next else { break };
         if !batch.events.is_empty() {
             sink.write(&batch, 0..batch.events.len()).await?;
             dirty = true;
@@ -409,11 +447,18 @@ pub(crate) async fn run_sink_with(
         }
         if let Some(end) = batch.commit_end {
             written = written.max(end);
+            let age = batch
+                .commit_time
+                .and_then(cdc_core::PgTimestamp::to_system_time)
+                .and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
+            pacing.committed(Instant::now(), age);
         }
         if let Some((_, save)) = &batch.checkpoint {
             // Another sink commits this checkpoint: everything before it
-            // must be durable here first.
+            // must be durable here first, at once.
+            held = None;
             if dirty {
+                pacing.started(Instant::now());
                 sink.flush().await?;
                 dirty = false;
             }
@@ -430,7 +475,19 @@ pub(crate) async fn run_sink_with(
             // channel never stays non-empty without a next batch to take (or
             // its close, which flushes).
             if rx.is_empty() || since_commit >= MAX_BATCHES_PER_FLUSH {
+                let now = Instant::now();
+                if since_commit < MAX_BATCHES_PER_FLUSH {
+                    // Catching up, with commits coming faster than the
+                    // pacing allows: hold the flush, so that what arrives
+                    // meanwhile shares it.
+                    held = pacing.hold_until(now);
+                    if held.is_some() {
+                        continue;
+                    }
+                }
+                held = None;
                 if dirty {
+                    pacing.started(now);
                     sink.flush().await?;
                     dirty = false;
                 }

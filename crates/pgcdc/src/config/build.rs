@@ -32,6 +32,7 @@ impl Config {
                 batch_size: self.pipeline.batch_size,
                 batch_bytes: self.pipeline.batch_bytes,
                 byte_budget: self.pipeline.byte_budget,
+                min_flush_interval: Duration::from_millis(self.pipeline.min_flush_interval_ms),
                 stream_in_progress: self.pipeline.stream_in_progress,
                 spill_dir: self.pipeline.spill_dir.clone(),
                 status_interval: self.status_interval(),

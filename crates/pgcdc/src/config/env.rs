@@ -34,6 +34,7 @@ pub const ENV_VARS: &[&str] = &[
     "PGCDC_PIPELINE_BATCH_SIZE",
     "PGCDC_PIPELINE_BATCH_BYTES",
     "PGCDC_PIPELINE_BYTE_BUDGET",
+    "PGCDC_PIPELINE_MIN_FLUSH_INTERVAL_MS",
     "PGCDC_PIPELINE_STREAM_IN_PROGRESS",
     "PGCDC_PIPELINE_SPILL_DIR",
     "PGCDC_PIPELINE_STATUS_INTERVAL_SECS",
@@ -264,6 +265,9 @@ impl Config {
         }
         if let Some(v) = num("byte_budget")? {
             p.byte_budget = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = num("min_flush_interval_ms")? {
+            p.min_flush_interval_ms = v;
         }
         if let Some(v) = env("PGCDC_PIPELINE_STREAM_IN_PROGRESS") {
             p.stream_in_progress = env_bool("PGCDC_PIPELINE_STREAM_IN_PROGRESS", v)?;

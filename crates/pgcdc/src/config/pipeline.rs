@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use cdc_runtime::pipeline::{
     DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, DEFAULT_BYTE_BUDGET, DEFAULT_CHANNEL_CAPACITY,
-    DEFAULT_SINK_TIMEOUT, DEFAULT_STATUS_INTERVAL, DEFAULT_STREAM_IN_PROGRESS,
+    DEFAULT_MIN_FLUSH_INTERVAL, DEFAULT_SINK_TIMEOUT, DEFAULT_STATUS_INTERVAL,
+    DEFAULT_STREAM_IN_PROGRESS,
 };
 use serde::Deserialize;
 
@@ -21,6 +22,10 @@ pub struct PipelineConfig {
     /// Bytes of streamed in-progress transactions held in memory; past it
     /// the largest is spilled to a file in `spill_dir`.
     pub byte_budget: usize,
+    /// Milliseconds at least between the starts of two flushes of a sink
+    /// (an fsync for the file sink) while commits keep coming; a flush
+    /// due sooner waits and is shared by what arrives meanwhile (0: none).
+    pub min_flush_interval_ms: u64,
     /// Whether the server streams large transactions before they commit
     /// (pgcdc then holds them, spilling past `byte_budget`); off, the
     /// server holds them and sends them after the commit.
@@ -75,6 +80,8 @@ impl Default for PipelineConfig {
             batch_size: DEFAULT_BATCH_SIZE,
             batch_bytes: DEFAULT_BATCH_BYTES,
             byte_budget: DEFAULT_BYTE_BUDGET,
+            min_flush_interval_ms: u64::try_from(DEFAULT_MIN_FLUSH_INTERVAL.as_millis())
+                .unwrap_or(u64::MAX),
             stream_in_progress: DEFAULT_STREAM_IN_PROGRESS,
             spill_dir: None,
             status_interval_secs: DEFAULT_STATUS_INTERVAL.as_secs(),

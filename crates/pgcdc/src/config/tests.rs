@@ -30,6 +30,7 @@ fn parses_with_defaults_and_hides_the_password() {
     assert!(c.source.create_slot);
     assert_eq!(c.pipeline.batch_size, DEFAULT_BATCH_SIZE);
     assert_eq!(c.pipeline.batch_bytes, DEFAULT_BATCH_BYTES);
+    assert_eq!(c.pipeline.min_flush_interval_ms, 5);
     assert_eq!(c.pipeline.spill_dir, None);
     assert_eq!(c.status_interval(), Duration::from_secs(10));
     assert!(matches!(
@@ -62,6 +63,7 @@ fn environment_overrides_the_file() {
         ("PGCDC_SOURCE_TABLES", "a, b.c"),
         ("PGCDC_PIPELINE_BATCH_SIZE", "7"),
         ("PGCDC_PIPELINE_BATCH_BYTES", "4096"),
+        ("PGCDC_PIPELINE_MIN_FLUSH_INTERVAL_MS", "0"),
         ("PGCDC_PIPELINE_SPILL_DIR", "/var/tmp/spill"),
         ("PGCDC_PIPELINE_WORKER_THREADS", "3"),
     ]
@@ -74,6 +76,7 @@ fn environment_overrides_the_file() {
     assert_eq!(names, ["a", "b.c"]);
     assert_eq!(c.pipeline.batch_size, 7);
     assert_eq!(c.pipeline.batch_bytes, 4096);
+    assert_eq!(c.pipeline.min_flush_interval_ms, 0);
     assert_eq!(c.pipeline.worker_threads, Some(3));
     assert_eq!(c.pipeline.runtime_threads(Some("5")), 3);
     assert_eq!(

@@ -165,6 +165,7 @@ fn ev(id: u32) -> ChangeEvent {
 fn batch(ids: Range<u32>, commit: Option<u64>) -> Arc<Batch> {
     Arc::new(Batch {
         commit_times: Vec::new(),
+        commit_time: None,
         events: ids.map(ev).collect(),
         commit_end: commit.map(Lsn::from_u64),
         checkpoint: None,
@@ -200,6 +201,7 @@ async fn run(
         Arc::new(Notify::new()),
         retry,
         None,
+        Duration::ZERO,
     ));
     for b in batches {
         let commit = b.commit_end;
@@ -403,6 +405,7 @@ async fn run_committing(
     tx.send(batch(0..5, None)).await.unwrap();
     tx.send(Arc::new(Batch {
         commit_times: Vec::new(),
+        commit_time: None,
         events: (5..12).map(ev).collect(),
         commit_end: Some(Lsn::from_u64(100)),
         checkpoint: Some((5, save)),
