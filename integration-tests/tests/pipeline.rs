@@ -76,6 +76,21 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// The file sink at `base`, plain JSON lines, past the page cache.
+async fn plain_file_sink(base: &Path, max_file_bytes: u64) -> FileSink {
+    FileSink::open(
+        FileSinkOptions {
+            path: base.to_path_buf(),
+            max_file_bytes,
+            page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
+            direct_io: true,
+        },
+        JsonEncoder::new(JsonFormat::Plain),
+    )
+    .await
+    .unwrap()
+}
+
 type RunHandle = (
     oneshot::Sender<()>,
     tokio::task::JoinHandle<Result<Progress, cdc_runtime::pipeline::PipelineError>>,
@@ -154,17 +169,7 @@ async fn changes_reach_the_file_sink_and_match_the_table() {
 
     let dir = temp_dir("e2e");
     let base = dir.join("out.jsonl");
-    let sink = FileSink::open(
-        FileSinkOptions {
-            path: base.clone(),
-            max_file_bytes: 4096,
-            page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
-            direct_io: true,
-        },
-        JsonEncoder::new(JsonFormat::Plain),
-    )
-    .await
-    .unwrap();
+    let sink = plain_file_sink(&base, 4096).await;
     let (stop, task, mut progress) = spawn(options(&source), vec![Box::new(sink)]);
 
     client
@@ -672,17 +677,7 @@ async fn reconnects_after_the_walsender_is_terminated_without_losing_commits() {
     setup(&source).await.unwrap();
     let dir = temp_dir("reconnect");
     let base = dir.join("out.jsonl");
-    let sink = FileSink::open(
-        FileSinkOptions {
-            path: base.clone(),
-            max_file_bytes: 0,
-            page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
-            direct_io: true,
-        },
-        JsonEncoder::new(JsonFormat::Plain),
-    )
-    .await
-    .unwrap();
+    let sink = plain_file_sink(&base, 0).await;
     let (stop, task, mut progress) = spawn(options(&source), vec![Box::new(sink)]);
 
     client
@@ -1207,17 +1202,7 @@ async fn paced_job(name: &str) -> (TestDatabase, Client, SourceConfig, PathBuf, 
     let source = source_config(&db, &["paced"], &format!("pgcdc_{name}"));
     setup(&source).await.unwrap();
     let base = temp_dir(name).join("out.jsonl");
-    let inner = FileSink::open(
-        FileSinkOptions {
-            path: base.clone(),
-            max_file_bytes: 0,
-            page_cache_bytes: cdc_runtime::sinks::DEFAULT_PAGE_CACHE_BYTES,
-            direct_io: true,
-        },
-        JsonEncoder::new(JsonFormat::Plain),
-    )
-    .await
-    .unwrap();
+    let inner = plain_file_sink(&base, 0).await;
     let sink = CountingSink {
         inner,
         counts: Arc::default(),

@@ -355,6 +355,22 @@ impl Retrying {
     }
 }
 
+/// Flushes `sink` if it wrote anything since its last flush, noting the
+/// flush's start as `at` for the pacing.
+async fn flush_if_dirty(
+    sink: &mut Retrying,
+    dirty: &mut bool,
+    pacing: &mut FlushPacing,
+    at: Instant,
+) -> Result<(), SinkError> {
+    if *dirty {
+        pacing.started(at);
+        sink.flush().await?;
+        *dirty = false;
+    }
+    Ok(())
+}
+
 /// Writes batches to `sink` in order and acknowledges on `ack` (waking
 /// `acked`) the end LSN of the last transaction it has made durable.
 ///
@@ -421,15 +437,11 @@ pub(crate) async fn run_sink_with(
                 next = rx.recv() => next,
                 () = tokio::time::sleep_until(at) => {
                     held = None;
-                    if dirty {
-                        // Paced from when it was due, not from when the
-                        // timer (rounded up to its millisecond) fired, so
-                        // that the flushes of a steady stream do not drift
-                        // later and later after its commits.
-                        pacing.started(at);
-                        sink.flush().await?;
-                        dirty = false;
-                    }
+                    // Paced from when it was due, not from when the timer
+                    // (rounded up to its millisecond) fired, so that the
+                    // flushes of a steady stream do not drift later and
+                    // later after its commits.
+                    flush_if_dirty(&mut sink, &mut dirty, &mut pacing, at).await?;
                     publish(written);
                     published = written;
                     since_commit = 0;
@@ -457,11 +469,7 @@ pub(crate) async fn run_sink_with(
             // Another sink commits this checkpoint: everything before it
             // must be durable here first, at once.
             held = None;
-            if dirty {
-                pacing.started(Instant::now());
-                sink.flush().await?;
-                dirty = false;
-            }
+            flush_if_dirty(&mut sink, &mut dirty, &mut pacing, Instant::now()).await?;
             save.peers_flushed.add_permits(1);
             tracing::debug!(checkpoint = %save.checkpoint.id, "sink flushed for a checkpoint another sink commits");
             publish(written);
@@ -486,11 +494,7 @@ pub(crate) async fn run_sink_with(
                     }
                 }
                 held = None;
-                if dirty {
-                    pacing.started(now);
-                    sink.flush().await?;
-                    dirty = false;
-                }
+                flush_if_dirty(&mut sink, &mut dirty, &mut pacing, now).await?;
                 publish(written);
                 published = written;
                 since_commit = 0;
