@@ -25,7 +25,7 @@
 //! # stream_in_progress = false  # true: the server streams large transactions before their commit
 //! byte_budget = 67108864        # streamed in-progress transactions held in memory, bytes
 //! # spill_dir = "/var/tmp/pgcdc" # where larger ones go; default: the system temp directory
-//! # min_flush_interval_ms = 5   # a sink flushes (fsyncs) at most this often while commits keep coming; 0: at every commit
+//! # min_flush_interval_ms = 5   # while catching up, a sink flushes (fsyncs) at most this often; 0: at every commit
 //! status_interval_secs = 10
 //! status_log_interval_secs = 30  # a status line in the log (events/s, lag, checkpoint age); 0: off
 //! # worker_threads = 2          # runtime threads (default: TOKIO_WORKER_THREADS, else min(cores, 2))

@@ -91,8 +91,8 @@ pub struct PipelineTuning {
     pub batch_bytes: usize,
     /// Bytes of streamed in-progress transactions held in memory.
     pub byte_budget: usize,
-    /// The least time between two flushes of a sink while commits keep
-    /// coming (see
+    /// The least time between two flushes of a sink while the job catches
+    /// up (see
     /// [`PipelineOptions::min_flush_interval`](crate::pipeline::PipelineOptions::min_flush_interval)).
     pub min_flush_interval: Duration,
     /// Whether the server streams large transactions before they commit

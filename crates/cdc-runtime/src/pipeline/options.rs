@@ -84,13 +84,17 @@ pub struct PipelineOptions {
     /// the largest is spilled to a file in `spill_dir`.
     pub byte_budget: usize,
     /// The least time between the starts of two flushes of a sink (an
-    /// fsync for the file sink) while commits keep coming. A sink flushes
+    /// fsync for the file sink) while the job catches up. A sink flushes
     /// once a commit is written and no batch waits behind it (group
-    /// commit); a flush that falls due sooner than this after the last one
-    /// is held until then, and the batches that arrive meanwhile share it.
-    /// A flush for a checkpoint, or after 16 batches since a commit, is
-    /// never held. It adds up to this much latency, and only while commits
-    /// come faster than this. Zero: flush whenever a commit is due.
+    /// commit). While the newest commit written is over 100 ms old and
+    /// commits come more than twice as often as this, a flush that falls
+    /// due sooner than this after the last one is held until then, and the
+    /// batches that arrive meanwhile share it. A flush for a checkpoint, or
+    /// after 16 batches since a commit, is never held, and a job that keeps
+    /// up flushes each commit at once. It adds at most this much latency,
+    /// and only to commits already over 100 ms old (by this machine's
+    /// clock against the server's commit time). Zero: flush whenever a
+    /// commit is due.
     /// Default: [`DEFAULT_MIN_FLUSH_INTERVAL`](super::DEFAULT_MIN_FLUSH_INTERVAL).
     pub min_flush_interval: Duration,
     /// Where spill files go.

@@ -23,8 +23,9 @@ pub struct PipelineConfig {
     /// the largest is spilled to a file in `spill_dir`.
     pub byte_budget: usize,
     /// Milliseconds at least between the starts of two flushes of a sink
-    /// (an fsync for the file sink) while commits keep coming; a flush
-    /// due sooner waits and is shared by what arrives meanwhile (0: none).
+    /// (an fsync for the file sink) while the job catches up (its commits
+    /// over 100 ms old) with fast commits; a flush due sooner waits and is
+    /// shared by what arrives meanwhile (0: none).
     pub min_flush_interval_ms: u64,
     /// Whether the server streams large transactions before they commit
     /// (pgcdc then holds them, spilling past `byte_budget`); off, the
