@@ -3,6 +3,7 @@
 use super::*;
 use crate::checkpoint::{CheckpointOptions, Coordinator};
 use crate::event::{Operation, SourceInfo};
+use crate::pipeline::Backoff;
 use checkpoint_api::testkit::MemoryStore;
 use checkpoint_api::{
     Checkpoint, CheckpointError, CheckpointMeta, CheckpointStore, JobName, Lease, OwnerId,
