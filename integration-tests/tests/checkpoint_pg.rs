@@ -652,3 +652,101 @@ async fn retention_after_save_catches_up_with_what_an_earlier_writer_left() {
     );
     assert_eq!(ids(after.list(&job).await.unwrap()), vec![8, 9]);
 }
+
+/// Checkpoint `n` at LSN `lsn`, with `len` bytes of state (over the inline threshold of
+/// the default config from 256 KiB: a large save).
+fn at_lsn(job: &JobName, n: u64, lsn: u64, len: usize) -> Checkpoint {
+    let mut cp = with_state(job, n, noise(len, n));
+    cp.source.commit_end_lsn = Lsn::from_u64(lsn);
+    cp
+}
+
+/// Asserts that `result` is a refusal because the LSN went below `newest`.
+#[track_caller]
+fn below(result: Result<checkpoint_api::CheckpointMeta, CheckpointError>, newest: u64) {
+    match result {
+        Err(CheckpointError::Regressed {
+            regression: checkpoint_api::Regression::Lsn { latest, .. },
+            ..
+        }) => assert_eq!(latest, Lsn::from_u64(newest)),
+        other => panic!("expected Regressed::Lsn below {newest}, got {other:?}"),
+    }
+}
+
+/// A save may not go below the newest stored checkpoint's LSN. The lease row keeps that
+/// LSN (schema version 5), so every way the newest row changes must keep it right: inline,
+/// large and in-transaction saves, a delete of the newest row (and of another), retention
+/// of none, and rows deleted by hand while no writer held the job (the next lease reads
+/// the table).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_newest_lsn_follows_the_newest_row() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    let store = open(&db, no_auto_retention(), "newest").await;
+    let job = JobName::new("newest").unwrap();
+    let owner = OwnerId::new("w").unwrap();
+    let lease = store.acquire_lease(&job, &owner).await.unwrap();
+
+    store.save(&lease, &at_lsn(&job, 1, 100, 10)).await.unwrap();
+    below(store.save(&lease, &at_lsn(&job, 2, 99, 10)).await, 100);
+    // A large save moves it too.
+    store
+        .save(&lease, &at_lsn(&job, 3, 300, 2 << 20))
+        .await
+        .unwrap();
+    below(store.save(&lease, &at_lsn(&job, 4, 299, 10)).await, 300);
+    below(
+        store.save(&lease, &at_lsn(&job, 4, 299, 2 << 20)).await,
+        300,
+    );
+    // So does a save in the caller's transaction, with its retention.
+    let client = db.connect().await.unwrap();
+    client.batch_execute("BEGIN").await.unwrap();
+    store
+        .save_in(&client, &lease, &at_lsn(&job, 5, 500, 10), 10)
+        .await
+        .unwrap();
+    client.batch_execute("COMMIT").await.unwrap();
+    below(store.save(&lease, &at_lsn(&job, 6, 499, 10)).await, 500);
+
+    // Deleting a row below the newest changes nothing; deleting the newest makes the one
+    // below it the bound.
+    store.delete(&lease, id(1)).await.unwrap();
+    below(store.save(&lease, &at_lsn(&job, 6, 499, 10)).await, 500);
+    store.delete(&lease, id(5)).await.unwrap();
+    below(store.save(&lease, &at_lsn(&job, 6, 299, 10)).await, 300);
+    store.save(&lease, &at_lsn(&job, 6, 300, 10)).await.unwrap();
+
+    // Retention keeping one leaves the bound; keeping none removes it.
+    assert_eq!(store.retain(&lease, 1).await.unwrap(), 1);
+    below(store.save(&lease, &at_lsn(&job, 7, 299, 10)).await, 300);
+    assert_eq!(store.retain(&lease, 0).await.unwrap(), 1);
+    store.save(&lease, &at_lsn(&job, 7, 50, 10)).await.unwrap();
+
+    // The newest row deleted by hand while the job is stopped: the next lease reads the
+    // table, so the row below it is the bound again.
+    store.save(&lease, &at_lsn(&job, 8, 800, 10)).await.unwrap();
+    admin
+        .execute(
+            &format!(
+                "DELETE FROM {} WHERE job = $1 AND checkpoint_id = 8",
+                store.checkpoints_table()
+            ),
+            &[&job.as_str()],
+        )
+        .await
+        .unwrap();
+    let lease = store.acquire_lease(&job, &owner).await.unwrap();
+    below(store.save(&lease, &at_lsn(&job, 9, 49, 10)).await, 50);
+    store.save(&lease, &at_lsn(&job, 9, 60, 10)).await.unwrap();
+    assert_eq!(
+        store
+            .list(&job)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.id.get())
+            .collect::<Vec<_>>(),
+        [7, 9]
+    );
+}

@@ -132,6 +132,19 @@ fn migrations(n: &Names) -> Vec<Step> {
             ),
         )),
         Step::DropConstraints(Constraints::Checks),
+        Step::Sql(format!(
+            "ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS newest_lsn pg_lsn;
+             UPDATE {leases} l SET newest_lsn = (
+                 SELECT c.commit_end_lsn FROM {cps} c
+                 WHERE c.job = l.job AND c.checkpoint_id >= coalesce(l.lowest_id, 0)
+                 ORDER BY c.checkpoint_id DESC LIMIT 1);
+             COMMENT ON COLUMN {leases}.newest_lsn IS {comment};",
+            leases = n.leases,
+            cps = n.checkpoints,
+            comment = quote_literal(
+                "commit_end_lsn of the job's newest checkpoint row; a save may not go below it"
+            ),
+        )),
     ]
 }
 
@@ -267,7 +280,9 @@ pub(crate) async fn migrate(
 /// 3. The lease row records the lowest id a checkpoint row of the job may have, so
 ///    retention reads only live index entries.
 /// 4. No `CHECK` constraints on the checkpoints and lease tables.
-pub const SCHEMA_VERSION: i32 = 4;
+/// 5. The lease row records the newest checkpoint row's LSN, so a save checks its own LSN
+///    against the row it updates anyway instead of reading the checkpoints table.
+pub const SCHEMA_VERSION: i32 = 5;
 
 #[cfg(test)]
 mod tests {

@@ -220,7 +220,7 @@ async fn version_1_installation_loses_the_chunk_foreign_key_and_keeps_working() 
     let store = open(&db, config(SCHEMA, TABLE)).await;
     assert_eq!(store.chunks_table(), legacy_chunks);
     assert_eq!(versions(&admin, SCHEMA, TABLE).await, all_versions());
-    assert_eq!(checkpoint_pg::SCHEMA_VERSION, 4);
+    assert_eq!(checkpoint_pg::SCHEMA_VERSION, 5);
     assert_eq!(foreign_keys_on_chunks(&admin, &store).await, 0);
     // Version 4 dropped the CHECK constraints of both tables that had them.
     for table in [
@@ -413,4 +413,46 @@ async fn migration_4_keeps_checks_an_operator_added() {
         .await
         .unwrap();
     assert_eq!(newest(&store, &job).await, checkpoint(&job, 2, 10_000));
+}
+
+/// Migration 5 moves the newest stored LSN onto the lease row, filled in from the
+/// checkpoints table: a writer that held its lease across the upgrade is still refused a
+/// save below its newest checkpoint's LSN (it does not take a new lease, which would read
+/// the table again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_5_fills_in_the_newest_lsn_of_every_job() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    let store = open(&db, config("five", "cp")).await;
+    let job = JobName::new("j").unwrap();
+    let lease = store
+        .acquire_lease(&job, &OwnerId::new("w").unwrap())
+        .await
+        .unwrap();
+    // LSNs 16 and 32 (`checkpoint` puts id n at 16 n).
+    for n in 1..=2 {
+        store.save(&lease, &checkpoint(&job, n, 100)).await.unwrap();
+    }
+    // Back to version 4, as a build before it left the tables.
+    admin
+        .batch_execute(
+            "ALTER TABLE five.cp_leases DROP COLUMN newest_lsn;
+             DELETE FROM five.cp_schema_version WHERE version = 5;",
+        )
+        .await
+        .unwrap();
+    drop(store);
+
+    let store = open(&db, config("five", "cp")).await;
+    assert_eq!(versions(&admin, "five", "cp").await, all_versions());
+    let mut early = checkpoint(&job, 3, 100);
+    early.source.commit_end_lsn = Lsn::from_u64(20);
+    match store.save(&lease, &early).await {
+        Err(checkpoint_api::CheckpointError::Regressed {
+            regression: checkpoint_api::Regression::Lsn { latest, .. },
+            ..
+        }) => assert_eq!(latest, Lsn::from_u64(32)),
+        other => panic!("expected Regressed::Lsn below 0/20, got {other:?}"),
+    }
+    store.save(&lease, &checkpoint(&job, 3, 100)).await.unwrap();
 }

@@ -20,16 +20,30 @@ impl PgCheckpointStore {
         job: &JobName,
         owner: &OwnerId,
     ) -> Result<Lease, CheckpointError> {
-        let client = self.client().await?;
-        let stmt = client
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| pg("acquire lease: begin", e))?;
+        let lock = tx
+            .prepare_cached(&self.sql().acquire_lock)
+            .await
+            .map_err(|e| pg("acquire lease: prepare", e))?;
+        let stmt = tx
             .prepare_cached(&self.sql().acquire)
             .await
             .map_err(|e| pg("acquire lease: prepare", e))?;
-        let epoch: i64 = client
+        tx.execute(&lock, &[&job.as_str()])
+            .await
+            .map_err(|e| pg("acquire lease: lock", e))?;
+        let epoch: i64 = tx
             .query_one(&stmt, &[&job.as_str(), &owner.as_str()])
             .await
             .and_then(|r| r.try_get(0))
             .map_err(|e| pg("acquire lease", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| pg("acquire lease: commit", e))?;
         let epoch = u64::try_from(epoch).map_err(|_| definite("negative epoch in lease table"))?;
         Ok(Lease::new(job.clone(), owner.clone(), Epoch(epoch)))
     }
