@@ -23,10 +23,14 @@
 //!   written with pipelined `lo_put` calls; `<table>_large_objects` records every large
 //!   object the store creates, in the same transaction, so [`PgCheckpointStore::vacuum`]
 //!   can find orphans without touching anybody else's large objects.
-//! * `<table>_leases`: one row per job with its fencing epoch, the highest id ever saved
-//!   and the lowest id any of its checkpoint rows may have. Retention deletes from that
-//!   lowest id up, so its cost does not grow with the index entries of rows deleted
-//!   earlier, which stay until `VACUUM` (for long when a long transaction holds it back).
+//! * `<table>_leases`: one row per job with its fencing epoch, the highest id ever saved,
+//!   the newest stored checkpoint's LSN and the lowest id any of its checkpoint rows may
+//!   have. A save checks its id and LSN against the row and moves both in the one UPDATE
+//!   that fences it, so it reads nothing else. Retention deletes from that lowest id up,
+//!   so its cost does not grow with the index entries of rows deleted earlier, which stay
+//!   until `VACUUM` (for long when a long transaction holds it back). Taking a lease reads
+//!   the newest LSN from the checkpoints table again: rows deleted by hand while no
+//!   writer held the job count as they are.
 //! * `<table>_schema_version`: applied migrations. The store creates and upgrades the schema
 //!   itself, in one transaction under an advisory lock, so concurrent starts are safe.
 //!
