@@ -750,3 +750,89 @@ async fn the_newest_lsn_follows_the_newest_row() {
         [7, 9]
     );
 }
+
+/// The lease's newest LSN, and the newest stored row's, of `job`.
+async fn both_newest(admin: &Client, store: &PgCheckpointStore, job: &JobName) -> [Option<u64>; 2] {
+    let cps = store.checkpoints_table();
+    let leases = format!("{}_leases\"", &cps[..cps.len() - 1]);
+    let sql = format!(
+        "SELECT (SELECT newest_lsn FROM {leases} WHERE job = $1),
+                (SELECT commit_end_lsn FROM {cps} WHERE job = $1
+                 ORDER BY checkpoint_id DESC LIMIT 1)"
+    );
+    let row = admin.query_one(&sql, &[&job.as_str()]).await.unwrap();
+    let lsn = |i| {
+        row.get::<_, Option<tokio_postgres::types::PgLsn>>(i)
+            .map(u64::from)
+    };
+    [lsn(0), lsn(1)]
+}
+
+/// Waits until `n` connections named `app` wait for a lock.
+async fn waiting(admin: &Client, app: &str, n: i64) {
+    integration_tests::eventually(
+        &format!("{n} of {app} waiting for a lock"),
+        Duration::from_secs(30),
+        || async {
+            let sql = "SELECT count(*) FROM pg_stat_activity \
+                       WHERE application_name = $1 AND wait_event_type = 'Lock'";
+            (count(admin, sql, &[&app]).await == n).then_some(())
+        },
+    )
+    .await;
+}
+
+/// A delete of the newest row, or retention of none, queued behind a save of the same job
+/// sees the saved row: each takes its snapshot only once it holds the lease row, so the
+/// lease's newest LSN still names the newest stored row. (In one statement, the snapshot
+/// came first: the delete made the row below the deleted one the bound, under the saved
+/// row; retention of none cleared the bound and left the saved row.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_queued_behind_a_save_sees_the_saved_row() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    let saver = open(&db, no_auto_retention(), "race-save").await;
+    let deleter = Arc::new(open(&db, no_auto_retention(), "race-delete").await);
+    for (n, deleting) in [(1u64, false), (2, true)] {
+        let job = JobName::new(format!("race-{n}")).unwrap();
+        let lease = saver
+            .acquire_lease(&job, &OwnerId::new("w").unwrap())
+            .await
+            .unwrap();
+        saver.save(&lease, &at_lsn(&job, 8, 80, 10)).await.unwrap();
+        saver.save(&lease, &at_lsn(&job, 9, 90, 10)).await.unwrap();
+        // Hold the lease row, so the save and then the delete queue behind it in order.
+        let mut holder = db.connect().await.unwrap();
+        let hold = holder.transaction().await.unwrap();
+        let cps = saver.checkpoints_table();
+        let leases = format!("{}_leases\"", &cps[..cps.len() - 1]);
+        hold.execute(
+            &format!("SELECT 1 FROM {leases} WHERE job = $1 FOR UPDATE"),
+            &[&job.as_str()],
+        )
+        .await
+        .unwrap();
+        let save = {
+            let (saver, lease, cp) = (saver.clone(), lease.clone(), at_lsn(&job, 10, 100, 10));
+            tokio::spawn(async move { saver.save(&lease, &cp).await.map(drop) })
+        };
+        waiting(&admin, "race-save", 1).await;
+        let delete = {
+            let (deleter, lease) = (deleter.clone(), lease.clone());
+            tokio::spawn(async move {
+                if deleting {
+                    deleter.delete(&lease, id(9)).await
+                } else {
+                    deleter.retain(&lease, 0).await.map(drop)
+                }
+            })
+        };
+        waiting(&admin, "race-delete", 1).await;
+        hold.commit().await.unwrap();
+        save.await.unwrap().unwrap();
+        delete.await.unwrap().unwrap();
+        let [lease_lsn, row_lsn] = both_newest(&admin, &saver, &job).await;
+        assert_eq!(lease_lsn, row_lsn, "deleting: {deleting}");
+        assert_eq!(row_lsn, deleting.then_some(100), "deleting: {deleting}");
+    }
+}

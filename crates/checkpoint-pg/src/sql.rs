@@ -5,7 +5,7 @@ use crate::schema::Names;
 /// Statements, with table names filled in.
 #[derive(Debug, Clone)]
 pub(crate) struct Sql {
-    pub(crate) acquire_lock: String,
+    pub(crate) lock_lease: String,
     pub(crate) acquire: String,
     pub(crate) save_inline: String,
     pub(crate) save_inline_keep_all: String,
@@ -115,10 +115,10 @@ impl Sql {
                     RETURNING 1)"
         );
         Sql {
-            // Taking a lease is two statements in one transaction: this lock waits for a
-            // save of the job in flight to commit or roll back, so the next statement's
-            // snapshot sees every checkpoint row there will be when the epoch goes up.
-            acquire_lock: format!("SELECT 1 FROM {leases} WHERE job = $1 FOR UPDATE"),
+            // Taken in a transaction of its own before `acquire`, `retain` and `delete`
+            // (the store's `under_lease_lock`): it waits for the job's saves, deletes and
+            // retention in flight, so the next statement's snapshot sees what they wrote.
+            lock_lease: format!("SELECT 1 FROM {leases} WHERE job = $1 FOR UPDATE"),
             // The new epoch, and the newest stored LSN read from the table itself: rows
             // deleted by hand (or written by a build before schema version 5) while no
             // writer held the job count as they are now.

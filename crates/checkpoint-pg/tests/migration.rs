@@ -193,7 +193,8 @@ async fn version_1_installation_loses_the_chunk_foreign_key_and_keeps_working() 
         .await
         .unwrap();
     let s = quote_ident(SCHEMA);
-    // Today's lease table has a column more (`lowest_id`, version 3) at its end.
+    // Today's lease table has two columns more (`lowest_id`, version 3, and `newest_lsn`,
+    // version 5) at its end.
     for (suffix, columns) in [
         ("_leases", "job, epoch, owner, highest_id, acquired_at"),
         ("", "*"),

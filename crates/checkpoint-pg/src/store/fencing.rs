@@ -20,32 +20,50 @@ impl PgCheckpointStore {
         job: &JobName,
         owner: &OwnerId,
     ) -> Result<Lease, CheckpointError> {
-        let mut client = self.client().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| pg("acquire lease: begin", e))?;
-        let lock = tx
-            .prepare_cached(&self.sql().acquire_lock)
-            .await
-            .map_err(|e| pg("acquire lease: prepare", e))?;
-        let stmt = tx
-            .prepare_cached(&self.sql().acquire)
-            .await
-            .map_err(|e| pg("acquire lease: prepare", e))?;
-        tx.execute(&lock, &[&job.as_str()])
-            .await
-            .map_err(|e| pg("acquire lease: lock", e))?;
-        let epoch: i64 = tx
-            .query_one(&stmt, &[&job.as_str(), &owner.as_str()])
-            .await
-            .and_then(|r| r.try_get(0))
-            .map_err(|e| pg("acquire lease", e))?;
-        tx.commit()
-            .await
-            .map_err(|e| pg("acquire lease: commit", e))?;
+        let row = self
+            .under_lease_lock(
+                "acquire lease",
+                &self.sql().acquire,
+                &[&job.as_str(), &owner.as_str()],
+            )
+            .await?;
+        let epoch: i64 = row.try_get(0).map_err(|e| pg("acquire lease", e))?;
         let epoch = u64::try_from(epoch).map_err(|_| definite("negative epoch in lease table"))?;
         Ok(Lease::new(job.clone(), owner.clone(), Epoch(epoch)))
+    }
+
+    /// Runs `sql` (`$1` is the job) on a pooled connection, in a `READ COMMITTED`
+    /// transaction that first locks the job's lease row, and returns its one row.
+    ///
+    /// The lock waits for every save, delete and retention of the job in flight (each
+    /// locks or updates that row), and `sql`'s snapshot is taken after it is granted, so
+    /// `sql` sees all they wrote. In one statement the snapshot would come first: a
+    /// delete of the newest row that waited for a save would not see the saved row, and
+    /// would move the lease's newest LSN below it.
+    pub(super) async fn under_lease_lock(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<tokio_postgres::Row, CheckpointError> {
+        let err = |e| pg(what, e);
+        let mut client = self.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+            .start()
+            .await
+            .map_err(err)?;
+        let lock = tx
+            .prepare_cached(&self.sql().lock_lease)
+            .await
+            .map_err(err)?;
+        let stmt = tx.prepare_cached(sql).await.map_err(err)?;
+        let job = params.first().copied().ok_or_else(|| definite("no job"))?;
+        tx.execute(&lock, &[job]).await.map_err(err)?;
+        let row = tx.query_one(&stmt, params).await.map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(row)
     }
 
     /// Why the one-statement save of `checkpoint` inserted nothing, read after the fact.

@@ -44,15 +44,13 @@ impl PgCheckpointStore {
     ) -> Result<(), CheckpointError> {
         let db = db_id(id)?;
         let epoch = i64::try_from(lease.epoch().0).unwrap_or(i64::MAX);
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&self.sql().delete)
-            .await
-            .map_err(|e| pg("delete: prepare", e))?;
-        let r = client
-            .query_one(&stmt, &[&lease.job().as_str(), &db, &epoch])
-            .await
-            .map_err(|e| pg("delete", e))?;
+        let r = self
+            .under_lease_lock(
+                "delete",
+                &self.sql().delete,
+                &[&lease.job().as_str(), &db, &epoch],
+            )
+            .await?;
         let (current, deleted) = lease_and_count(&r)?;
         check_epoch(lease, current)?;
         if deleted == 0 {
@@ -74,15 +72,13 @@ impl PgCheckpointStore {
     ) -> Result<usize, CheckpointError> {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
         let epoch = i64::try_from(lease.epoch().0).unwrap_or(i64::MAX);
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&self.sql().retain)
-            .await
-            .map_err(|e| pg("retain: prepare", e))?;
-        let r = client
-            .query_one(&stmt, &[&lease.job().as_str(), &keep, &epoch])
-            .await
-            .map_err(|e| pg("retain", e))?;
+        let r = self
+            .under_lease_lock(
+                "retain",
+                &self.sql().retain,
+                &[&lease.job().as_str(), &keep, &epoch],
+            )
+            .await?;
         let (current, deleted) = lease_and_count(&r)?;
         check_epoch(lease, current)?;
         Ok(usize::try_from(deleted).unwrap_or_default())
