@@ -41,7 +41,7 @@
 //!   a cached prepared statement; so is loading an inline checkpoint.
 //! * Retention ([`PgStoreConfig::keep_on_save`], default 5: older rows deleted with their
 //!   chunk rows, their large objects unlinked) runs after a save returned (usually within
-//!   0.1 s), in a statement and a task of its own, one at a time per store, so the save does not wait
+//!   0.1 s), in a transaction and a task of its own, one at a time per store, so the save does not wait
 //!   for deletes (a 1 MiB state is some 500 TOAST rows). A job may so hold one checkpoint
 //!   more than it keeps for a moment, or a few more if the process ends first (the next
 //!   retention deletes them); never fewer.
@@ -53,6 +53,9 @@
 //!   exactly-once delivery).
 //! * The save locks the job's lease row (`FOR UPDATE`) and checks its epoch: a writer whose
 //!   lease was taken over gets [`CheckpointError::Fenced`](checkpoint_api::CheckpointError).
+//!   Taking a lease, deleting and retention lock that row in a statement of their own
+//!   before they read the checkpoints table, so they see every save of the job that was
+//!   in flight when they started.
 //! * Loads read in one `REPEATABLE READ` snapshot, check chunk lengths against the metadata
 //!   and the envelope's CRC32C; `latest` skips a corrupt checkpoint with a `tracing` warning
 //!   naming it and returns the newest valid one.
