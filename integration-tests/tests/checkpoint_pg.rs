@@ -460,10 +460,7 @@ async fn retention_moves_the_lowest_id_and_never_leaves_a_row_below_it() {
     let db = TestPostgres::new_database().await.unwrap();
     let admin = db.connect().await.unwrap();
     let (store, job, lease) = retaining_two(&db, "lowest", "bounded").await;
-    // The lease table is the checkpoints table's quoted name with `_leases` inside the
-    // closing quote.
-    let checkpoints = store.checkpoints_table();
-    let leases = format!("{}_leases\"", &checkpoints[..checkpoints.len() - 1]);
+    let leases = store.leases_table();
     let lowest_sql = format!("SELECT lowest_id FROM {leases} WHERE job = $1");
     let mut saved = Vec::new();
     for (n, id) in [1u64, 2, 5, 9, 10, 20, 21, 40].into_iter().enumerate() {
@@ -753,8 +750,7 @@ async fn the_newest_lsn_follows_the_newest_row() {
 
 /// The lease's newest LSN, and the newest stored row's, of `job`.
 async fn both_newest(admin: &Client, store: &PgCheckpointStore, job: &JobName) -> [Option<u64>; 2] {
-    let cps = store.checkpoints_table();
-    let leases = format!("{}_leases\"", &cps[..cps.len() - 1]);
+    let (cps, leases) = (store.checkpoints_table(), store.leases_table());
     let sql = format!(
         "SELECT (SELECT newest_lsn FROM {leases} WHERE job = $1),
                 (SELECT commit_end_lsn FROM {cps} WHERE job = $1
@@ -804,8 +800,7 @@ async fn a_delete_queued_behind_a_save_sees_the_saved_row() {
         // Hold the lease row, so the save and then the delete queue behind it in order.
         let mut holder = db.connect().await.unwrap();
         let hold = holder.transaction().await.unwrap();
-        let cps = saver.checkpoints_table();
-        let leases = format!("{}_leases\"", &cps[..cps.len() - 1]);
+        let leases = saver.leases_table();
         hold.execute(
             &format!("SELECT 1 FROM {leases} WHERE job = $1 FOR UPDATE"),
             &[&job.as_str()],

@@ -23,6 +23,7 @@ impl PgCheckpointStore {
         let row = self
             .under_lease_lock(
                 "acquire lease",
+                job,
                 &self.sql().acquire,
                 &[&job.as_str(), &owner.as_str()],
             )
@@ -32,7 +33,7 @@ impl PgCheckpointStore {
         Ok(Lease::new(job.clone(), owner.clone(), Epoch(epoch)))
     }
 
-    /// Runs `sql` (`$1` is the job) on a pooled connection, in a `READ COMMITTED`
+    /// Runs `sql` (`$1` is `job`) on a pooled connection, in a `READ COMMITTED`
     /// transaction that first locks the job's lease row, and returns its one row.
     ///
     /// The lock waits for every save, delete and retention of the job in flight (each
@@ -43,6 +44,7 @@ impl PgCheckpointStore {
     pub(super) async fn under_lease_lock(
         &self,
         what: &str,
+        job: &JobName,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<tokio_postgres::Row, CheckpointError> {
@@ -59,8 +61,7 @@ impl PgCheckpointStore {
             .await
             .map_err(err)?;
         let stmt = tx.prepare_cached(sql).await.map_err(err)?;
-        let job = params.first().copied().ok_or_else(|| definite("no job"))?;
-        tx.execute(&lock, &[job]).await.map_err(err)?;
+        tx.execute(&lock, &[&job.as_str()]).await.map_err(err)?;
         let row = tx.query_one(&stmt, params).await.map_err(err)?;
         tx.commit().await.map_err(err)?;
         Ok(row)

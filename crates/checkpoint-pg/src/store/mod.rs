@@ -77,6 +77,12 @@ impl PgCheckpointStore {
         &self.inner.names.checkpoints
     }
 
+    /// The quoted, schema-qualified name of the lease table (one row per job: its epoch,
+    /// highest id, newest stored LSN and lowest id).
+    pub fn leases_table(&self) -> &str {
+        &self.inner.names.leases
+    }
+
     /// The quoted, schema-qualified name of the chunk-rows table.
     pub fn chunks_table(&self) -> &str {
         &self.inner.names.chunks

@@ -47,6 +47,7 @@ impl PgCheckpointStore {
         let r = self
             .under_lease_lock(
                 "delete",
+                lease.job(),
                 &self.sql().delete,
                 &[&lease.job().as_str(), &db, &epoch],
             )
@@ -75,6 +76,7 @@ impl PgCheckpointStore {
         let r = self
             .under_lease_lock(
                 "retain",
+                lease.job(),
                 &self.sql().retain,
                 &[&lease.job().as_str(), &keep, &epoch],
             )
