@@ -831,3 +831,52 @@ async fn a_delete_queued_behind_a_save_sees_the_saved_row() {
         assert_eq!(row_lsn, deleting.then_some(100), "deleting: {deleting}");
     }
 }
+
+/// A save in the caller's transaction holds the lease row until that transaction ends.
+/// Retention queued behind it sees the outcome: the saved row once the caller commits,
+/// nothing of it once the caller rolls back. Either way the lease's newest LSN is the
+/// newest row's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_queued_behind_a_save_in_sees_its_outcome() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let admin = db.connect().await.unwrap();
+    let saver = open(&db, no_auto_retention(), "race-save-in").await;
+    let retainer = Arc::new(open(&db, no_auto_retention(), "race-retain").await);
+    for (n, commit, keep) in [
+        (1u64, true, 1usize),
+        (2, true, 0),
+        (3, false, 1),
+        (4, false, 0),
+    ] {
+        let job = JobName::new(format!("race-in-{n}")).unwrap();
+        let lease = saver
+            .acquire_lease(&job, &OwnerId::new("w").unwrap())
+            .await
+            .unwrap();
+        saver.save(&lease, &at_lsn(&job, 8, 80, 10)).await.unwrap();
+        saver.save(&lease, &at_lsn(&job, 9, 90, 10)).await.unwrap();
+        let caller = db.connect().await.unwrap();
+        caller.batch_execute("BEGIN").await.unwrap();
+        saver
+            .save_in(&caller, &lease, &at_lsn(&job, 10, 100, 10), 10)
+            .await
+            .unwrap();
+        let retain = {
+            let (retainer, lease) = (retainer.clone(), lease.clone());
+            tokio::spawn(async move { retainer.retain(&lease, keep).await.map(drop) })
+        };
+        waiting(&admin, "race-retain", 1).await;
+        let end = if commit { "COMMIT" } else { "ROLLBACK" };
+        caller.batch_execute(end).await.unwrap();
+        retain.await.unwrap().unwrap();
+        let case = format!("{end}, keep {keep}");
+        let [lease_lsn, row_lsn] = both_newest(&admin, &saver, &job).await;
+        assert_eq!(lease_lsn, row_lsn, "{case}");
+        let newest = match (keep, commit) {
+            (0, _) => None,
+            (_, true) => Some(100),
+            (_, false) => Some(90),
+        };
+        assert_eq!(row_lsn, newest, "{case}");
+    }
+}
