@@ -11,8 +11,14 @@ use tokio::net::TcpStream;
 use super::error::{DbError, ReplicationError};
 use super::wire::{peek_frame, split_frame, Frame, Peek};
 
-/// Bytes requested per socket read. Large reads keep the syscall count low at
+/// Room made for a socket read. Large reads keep the syscall count low at
 /// high WAL rates; messages are sliced out of this buffer without copying.
+///
+/// While streaming, the first message of a read is still held when the rest
+/// of it is drained, so the room for the next read usually comes in a fresh
+/// buffer, and `bytes` sizes that at 64 KiB at most: most reads are of up to
+/// 64 KiB. Releasing the message earlier (reads of up to 128 KiB, reclaimed
+/// in place) cost more client CPU, measured (benches/RESULTS.md).
 pub(crate) const READ_CHUNK: usize = 128 * 1024;
 /// Below this much free room the buffer is grown (or a fresh one taken) before reading.
 const MIN_FREE: usize = 16 * 1024;
