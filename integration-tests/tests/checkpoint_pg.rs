@@ -764,6 +764,18 @@ async fn both_newest(admin: &Client, store: &PgCheckpointStore, job: &JobName) -
     [lsn(0), lsn(1)]
 }
 
+/// A lease on job `name`, with checkpoints 8 (LSN 80) and 9 (LSN 90) saved under it.
+async fn leased_with_two_rows(store: &PgCheckpointStore, name: &str) -> (JobName, Lease) {
+    let job = JobName::new(name).unwrap();
+    let lease = store
+        .acquire_lease(&job, &OwnerId::new("w").unwrap())
+        .await
+        .unwrap();
+    store.save(&lease, &at_lsn(&job, 8, 80, 10)).await.unwrap();
+    store.save(&lease, &at_lsn(&job, 9, 90, 10)).await.unwrap();
+    (job, lease)
+}
+
 /// Waits until `n` connections named `app` wait for a lock.
 async fn waiting(admin: &Client, app: &str, n: i64) {
     integration_tests::eventually(
@@ -790,13 +802,7 @@ async fn a_delete_queued_behind_a_save_sees_the_saved_row() {
     let saver = open(&db, no_auto_retention(), "race-save").await;
     let deleter = Arc::new(open(&db, no_auto_retention(), "race-delete").await);
     for (n, deleting) in [(1u64, false), (2, true)] {
-        let job = JobName::new(format!("race-{n}")).unwrap();
-        let lease = saver
-            .acquire_lease(&job, &OwnerId::new("w").unwrap())
-            .await
-            .unwrap();
-        saver.save(&lease, &at_lsn(&job, 8, 80, 10)).await.unwrap();
-        saver.save(&lease, &at_lsn(&job, 9, 90, 10)).await.unwrap();
+        let (job, lease) = leased_with_two_rows(&saver, &format!("race-{n}")).await;
         // Hold the lease row, so the save and then the delete queue behind it in order.
         let mut holder = db.connect().await.unwrap();
         let hold = holder.transaction().await.unwrap();
@@ -848,13 +854,7 @@ async fn retention_queued_behind_a_save_in_sees_its_outcome() {
         (3, false, 1),
         (4, false, 0),
     ] {
-        let job = JobName::new(format!("race-in-{n}")).unwrap();
-        let lease = saver
-            .acquire_lease(&job, &OwnerId::new("w").unwrap())
-            .await
-            .unwrap();
-        saver.save(&lease, &at_lsn(&job, 8, 80, 10)).await.unwrap();
-        saver.save(&lease, &at_lsn(&job, 9, 90, 10)).await.unwrap();
+        let (job, lease) = leased_with_two_rows(&saver, &format!("race-in-{n}")).await;
         let caller = db.connect().await.unwrap();
         caller.batch_execute("BEGIN").await.unwrap();
         saver
