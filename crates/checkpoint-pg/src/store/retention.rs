@@ -42,18 +42,9 @@ impl PgCheckpointStore {
         lease: &Lease,
         id: CheckpointId,
     ) -> Result<(), CheckpointError> {
-        let db = db_id(id)?;
-        let epoch = i64::try_from(lease.epoch().0).unwrap_or(i64::MAX);
-        let r = self
-            .under_lease_lock(
-                "delete",
-                lease.job(),
-                &self.sql().delete,
-                &[&lease.job().as_str(), &db, &epoch],
-            )
+        let deleted = self
+            .delete_under_lease("delete", lease, &self.sql().delete, db_id(id)?)
             .await?;
-        let (current, deleted) = lease_and_count(&r)?;
-        check_epoch(lease, current)?;
         if deleted == 0 {
             return Err(CheckpointError::NotFound {
                 job: lease.job().clone(),
@@ -72,18 +63,30 @@ impl PgCheckpointStore {
         keep: usize,
     ) -> Result<usize, CheckpointError> {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        let deleted = self
+            .delete_under_lease("retain", lease, &self.sql().retain, keep)
+            .await?;
+        Ok(usize::try_from(deleted).unwrap_or_default())
+    }
+
+    /// Runs the delete statement `sql` (`$1` the job, `$2` `arg`, `$3` the lease's epoch)
+    /// under the lease row's lock, checks that the lease still holds, and returns how
+    /// many checkpoints it deleted.
+    async fn delete_under_lease(
+        &self,
+        what: &str,
+        lease: &Lease,
+        sql: &str,
+        arg: i64,
+    ) -> Result<i64, CheckpointError> {
         let epoch = i64::try_from(lease.epoch().0).unwrap_or(i64::MAX);
+        let job = lease.job();
         let r = self
-            .under_lease_lock(
-                "retain",
-                lease.job(),
-                &self.sql().retain,
-                &[&lease.job().as_str(), &keep, &epoch],
-            )
+            .under_lease_lock(what, job, sql, &[&job.as_str(), &arg, &epoch])
             .await?;
         let (current, deleted) = lease_and_count(&r)?;
         check_epoch(lease, current)?;
-        Ok(usize::try_from(deleted).unwrap_or_default())
+        Ok(deleted)
     }
 }
 
