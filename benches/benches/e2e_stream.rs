@@ -31,7 +31,10 @@
 //!
 //! Every contender is a child process under `/usr/bin/time`, so wall time, client CPU
 //! (user + system) and peak RSS are measured the same way; pgcdc's child is this bench
-//! binary again, with `PGCDC_E2E_CONTENDER` set. Wall time counts from spawn to exit
+//! binary again, with `PGCDC_E2E_CONTENDER` set. The server's side is counted too: the
+//! "postgres CPU s" column is the CPU of the backends that served the contender (its
+//! walsender, and pgcdc's catalog queries), read from the postmaster once they have
+//! exited (see `Postmaster`). Wall time counts from spawn to exit
 //! (connecting, streaming, and for the file sink the final fsync, for the NATS sink the
 //! last acknowledgement). Each contender runs `PGCDC_BENCH_REPS` times (default 3), the
 //! order reversed on every other repetition; medians are printed as a markdown table.
@@ -359,10 +362,15 @@ struct Sample {
     steady_kb: f64,
     /// The NATS contender's server: CPU seconds and peak RSS over its life.
     server: Option<(f64, f64)>,
+    /// CPU seconds of the PostgreSQL backends that served the contender (see
+    /// [`Postmaster`]); `None` where they could not be counted.
+    postgres: Option<f64>,
 }
 
 struct Target<'a> {
     port: u16,
+    /// The server's postmaster, for counting its backends' CPU.
+    postmaster: Option<Postmaster>,
     db: &'a str,
     publication: &'a str,
     end: Lsn,
@@ -423,6 +431,7 @@ fn measure(cmd: Command, label: &str) -> (Sample, String) {
         // A run too short to sample has only its peak.
         steady_kb: if rss.is_empty() { f[3] } else { median(rss) },
         server: None,
+        postgres: None,
     };
     (sample, String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -578,12 +587,83 @@ fn nats_server_path() -> PathBuf {
 
 /// User + system CPU seconds of process `pid` (all threads), from `/proc/<pid>/stat`.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // After the command name in parentheses: state is field 3, utime 14, stime 15.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    let f = stat_fields(pid).unwrap();
     let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
     ticks / clock_ticks()
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name in parentheses: `[0]`
+/// is the state (field 3), `[1]` the parent's pid, `[11]` and `[12]` utime and
+/// stime, `[13]` and `[14]` the reaped children's cutime and cstime.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The local server's postmaster, through which the bench counts the CPU of the
+/// backends that serve one contender (its walsender, and pgcdc's catalog
+/// queries): the postmaster's children that were not there before the run, each
+/// counted once it has exited and been reaped, when the kernel adds its CPU to the
+/// postmaster's `cutime` and `cstime`. The server's long-lived processes
+/// (checkpointer, WAL writer, the bench's own session) are not counted: they were
+/// there before.
+#[derive(Debug, Clone, Copy)]
+struct Postmaster {
+    pid: u32,
+}
+
+impl Postmaster {
+    /// The postmaster of the backend serving `client` (the server is local).
+    async fn of(client: &Client) -> Option<Postmaster> {
+        let backend: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .ok()?
+            .get(0);
+        let f = stat_fields(u32::try_from(backend).ok()?)?;
+        let pid: u32 = f.get(1)?.parse().ok()?;
+        // A server elsewhere (another machine, a container) has no such process
+        // here, or the pid is another program's.
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        name.trim()
+            .starts_with("postgres")
+            .then_some(Postmaster { pid })
+    }
+
+    /// The postmaster's live children.
+    fn children(self) -> std::collections::HashSet<u32> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Default::default();
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| {
+                stat_fields(pid)
+                    .is_some_and(|f| f.get(1).is_some_and(|p| *p == self.pid.to_string()))
+            })
+            .collect()
+    }
+
+    /// CPU seconds of the postmaster's reaped children so far.
+    fn reaped_seconds(self) -> Option<f64> {
+        let f = stat_fields(self.pid)?;
+        let ticks = f.get(13)?.parse::<f64>().ok()? + f.get(14)?.parse::<f64>().ok()?;
+        Some(ticks / clock_ticks())
+    }
+
+    /// The CPU seconds of the children started since `before` was taken (with the
+    /// reaped seconds `reaped` then), once all of them have exited; `None` if one
+    /// is still running after 10 s.
+    fn spent_since(self, before: &std::collections::HashSet<u32>, reaped: f64) -> Option<f64> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.children().is_subset(before) {
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Some(self.reaped_seconds()? - reaped)
+    }
 }
 
 /// `getconf CLK_TCK` (100 on Linux).
@@ -664,6 +744,8 @@ struct Row {
     steady_mb: f64,
     /// The NATS contender's server: CPU seconds and peak MB.
     server: Option<(f64, f64)>,
+    /// The PostgreSQL backends that served the contender: CPU seconds.
+    postgres: Option<f64>,
 }
 
 /// Runs every contender `reps` times on copies of `slot`; returns the medians.
@@ -718,18 +800,27 @@ async fn compare(
                 (server, stream)
             });
             runs += 1;
-            let (mut sample, out) = tokio::task::block_in_place(|| measure(cmd, &label));
+            let backends = t
+                .postmaster
+                .and_then(|pm| Some((pm, pm.children(), pm.reaped_seconds()?)));
+            let (mut sample, out) = tokio::task::block_in_place(|| {
+                let (mut sample, out) = measure(cmd, &label);
+                sample.postgres =
+                    backends.and_then(|(pm, before, reaped)| pm.spent_since(&before, reaped));
+                (sample, out)
+            });
             if let Contender::Pgcdc { .. } = c {
                 let events: usize = out.trim().parse().unwrap();
                 assert_eq!(events, rows, "{label}: every row is one event");
             }
             eprintln!(
-                "  {:.2} s, {:.2} s CPU ({:.2} s system), {:.0} MB peak, {:.1} MB steady",
+                "  {:.2} s, {:.2} s CPU ({:.2} s system), {:.0} MB peak, {:.1} MB steady; postgres {} s CPU",
                 sample.wall,
                 sample.cpu,
                 sample.sys,
                 sample.peak_kb / 1024.0,
-                sample.steady_kb / 1024.0
+                sample.steady_kb / 1024.0,
+                sample.postgres.map_or("-".to_owned(), |s| format!("{s:.2}")),
             );
             if let Some((server, stream)) = nats {
                 // Read before the checks below add their own work.
@@ -760,6 +851,11 @@ async fn compare(
             cpu: median(s.iter().map(|x| x.cpu).collect()),
             peak_mb: median(s.iter().map(|x| x.peak_kb / 1024.0).collect()),
             steady_mb: median(s.iter().map(|x| x.steady_kb / 1024.0).collect()),
+            postgres: s
+                .iter()
+                .map(|x| x.postgres)
+                .collect::<Option<Vec<f64>>>()
+                .map(median),
             server: s.iter().all(|x| x.server.is_some()).then(|| {
                 let server = || s.iter().filter_map(|x| x.server);
                 (
@@ -1070,6 +1166,7 @@ async fn run() {
     let recvlogical = recvlogical_path(cluster.major_version());
     let db = cluster.create_database().await.unwrap();
     let client = db.connect().await.unwrap();
+    let postmaster = Postmaster::of(&client).await;
     let work = std::env::temp_dir().join(format!("pgcdc-e2e-{}", std::process::id()));
     let mut table = Vec::new();
     let mut ran = Vec::new();
@@ -1089,6 +1186,7 @@ async fn run() {
         };
         let target = Target {
             port: cluster.port(),
+            postmaster,
             db: db.name(),
             publication: &publication,
             end,
@@ -1121,8 +1219,8 @@ async fn run() {
 
     let load = uptime();
     println!();
-    println!("| workload | row | contender | events/s | vs pg_recvlogical | vs file sink | client CPU s | vs pg_recvlogical | peak MB | steady MB | nats-server CPU s | nats-server peak MB |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| workload | row | contender | events/s | vs pg_recvlogical | vs file sink | client CPU s | vs pg_recvlogical | peak MB | steady MB | postgres CPU s | nats-server CPU s | nats-server peak MB |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for w in ran {
         let ours: Vec<&Row> = table.iter().filter(|r| r.workload == w.name).collect();
         let base = ours.iter().find(|r| r.contender == Contender::Recvlogical);
@@ -1148,7 +1246,7 @@ async fn run() {
                 _ => None,
             };
             println!(
-                "| {} | {} | {} | {:.0} | {} | {} | {:.2} | {} | {:.0} | {:.1} | {} | {} |",
+                "| {} | {} | {} | {:.0} | {} | {} | {:.2} | {} | {:.0} | {:.1} | {} | {} | {} |",
                 r.workload,
                 w.shape.describe(),
                 r.contender.label(),
@@ -1159,6 +1257,7 @@ async fn run() {
                 ratio(base.map(|b| r.cpu / b.cpu)),
                 r.peak_mb,
                 r.steady_mb,
+                either(r.postgres, 2),
                 either(r.server.map(|(cpu, _)| cpu), 2),
                 either(r.server.map(|(_, mb)| mb), 0),
             );
