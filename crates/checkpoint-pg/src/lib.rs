@@ -30,7 +30,10 @@
 //!   so its cost does not grow with the index entries of rows deleted earlier, which stay
 //!   until `VACUUM` (for long when a long transaction holds it back). Taking a lease reads
 //!   the newest LSN from the checkpoints table again: rows deleted by hand while no
-//!   writer held the job count as they are.
+//!   writer held the job count as they are. A row deleted by hand (not through
+//!   [`CheckpointStore::delete`](checkpoint_api::CheckpointStore::delete)) while a writer holds
+//!   the lease still counts for that writer until the next lease: its saves may not go
+//!   below that row's LSN, which a writer's saves never do, since they only move forward.
 //! * `<table>_schema_version`: applied migrations. The store creates and upgrades the schema
 //!   itself, in one transaction under an advisory lock, so concurrent starts are safe.
 //!
