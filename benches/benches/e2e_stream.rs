@@ -639,7 +639,7 @@ impl Postmaster {
         dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
             .filter(|&pid| {
                 stat_fields(pid)
-                    .is_some_and(|f| f.get(1).is_some_and(|p| *p == self.pid.to_string()))
+                    .is_some_and(|f| f.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(self.pid))
             })
             .collect()
     }
@@ -666,14 +666,17 @@ impl Postmaster {
     }
 }
 
-/// `getconf CLK_TCK` (100 on Linux).
+/// `getconf CLK_TCK` (100 on Linux), asked once.
 fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
 }
 
 /// The resident memory (`VmRSS`, kB) of the contender that `/usr/bin/time` (`time_pid`)
