@@ -100,6 +100,12 @@ impl TxnAssembler {
         true
     }
 
+    /// Whether [`poll_spill`](Self::poll_spill) may have work: when false it
+    /// returns `None`. A test cheap enough for every message.
+    pub fn spill_pending(&self) -> bool {
+        !self.pending_spill.is_empty() || self.spilled != 0
+    }
+
     /// Spill work for the caller, in order: [`SpillOp::Append`] after
     /// appending the bytes to `out` (which should be empty: the assembler
     /// then swaps its buffer in instead of copying), or [`SpillOp::Discard`].

@@ -127,12 +127,20 @@ impl Source<'_> {
         }
     }
 
+    /// Whether [`serve_requests`](Self::serve_requests) has work now:
+    /// something noted, and no transaction open. Tested after each message
+    /// without building that call's future, which costs more than the test.
+    #[inline]
+    pub(super) fn requests_due(&self) -> bool {
+        !self.asked.is_empty() && self.converter.open_transaction().is_none() && !self.skipping
+    }
+
     /// Serves what was noted, between transactions.
     pub(super) async fn serve_requests(
         &mut self,
         shared: &mut Shared,
     ) -> Result<(), PipelineError> {
-        if self.asked.is_empty() || self.converter.open_transaction().is_some() || self.skipping {
+        if !self.requests_due() {
             return Ok(());
         }
         let Some(s) = self.snapshot.as_mut() else {

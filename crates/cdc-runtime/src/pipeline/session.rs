@@ -403,15 +403,21 @@ impl Source<'_> {
                 }
                 let msg = decoder.decode(x.data)?;
                 if let Some(event) = self.assembler.handle_message(msg)? {
-                    self.before_event(shared, stream, ticker, &event).await?;
+                    if self.reads_before(&event) {
+                        self.before_event(shared, stream, ticker, &event).await?;
+                    }
                     self.convert(shared, &event, x.wal_start)?;
                 }
                 // Spill past the byte budget; ship released and replayed
                 // transactions batch by batch.
                 loop {
-                    self.spill.after_message(&mut self.assembler).await?;
+                    if self.spill.has_work(&self.assembler) {
+                        self.spill.after_message(&mut self.assembler).await?;
+                    }
                     while let Some(event) = self.assembler.poll_event() {
-                        self.before_event(shared, stream, ticker, &event).await?;
+                        if self.reads_before(&event) {
+                            self.before_event(shared, stream, ticker, &event).await?;
+                        }
                         self.convert(shared, &event, x.wal_start)?;
                         self.ship_full(shared, stream, ticker).await?;
                     }
@@ -422,7 +428,9 @@ impl Source<'_> {
                     while let Some(record) = file.next().await? {
                         match replay.record(record) {
                             Ok(Some(event)) => {
-                                self.before_event(shared, stream, ticker, &event).await?;
+                                if self.reads_before(&event) {
+                                    self.before_event(shared, stream, ticker, &event).await?;
+                                }
                                 self.convert(shared, &event, x.wal_start)?
                             }
                             Ok(None) => {}
@@ -438,7 +446,10 @@ impl Source<'_> {
                     .handle_prepared(self.assembler.oldest_undecided_prepare(), self.processed);
             }
         }
-        self.serve_requests(shared).await
+        if self.requests_due() {
+            self.serve_requests(shared).await?;
+        }
+        Ok(())
     }
 }
 

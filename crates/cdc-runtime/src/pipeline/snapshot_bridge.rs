@@ -107,6 +107,19 @@ impl Source<'_> {
         }
     }
 
+    /// Whether [`before_event`](Self::before_event) may have work at
+    /// `event`: a Begin not yet processed while the fallback snapshot's
+    /// consistent read runs. Tested before each event without building
+    /// that call's future, which costs more than the test.
+    #[inline]
+    pub(super) fn reads_before(&self, event: &TxnEvent<'_>) -> bool {
+        matches!(event, TxnEvent::Begin(b) if b.final_lsn >= self.processed)
+            && self
+                .snapshot
+                .as_ref()
+                .is_some_and(Snapshot::fallback_running)
+    }
+
     /// Before a transaction that commits at or after the consistent point
     /// of the snapshot's consistent read, emits the rows of that read.
     pub(super) async fn before_event(
@@ -119,12 +132,7 @@ impl Source<'_> {
         let TxnEvent::Begin(begin) = event else {
             return Ok(());
         };
-        if begin.final_lsn < self.processed
-            || !self
-                .snapshot
-                .as_ref()
-                .is_some_and(Snapshot::fallback_running)
-        {
+        if !self.reads_before(event) {
             return Ok(());
         }
         // Wait for the consistent point (the reader is creating its slot).

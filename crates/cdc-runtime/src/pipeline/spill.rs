@@ -5,7 +5,8 @@
 //!
 //! The encoding, the bookkeeping of subtransaction aborts and the replay are
 //! cdc-core's ([`cdc_core::spill`]); this module only stores bytes. After
-//! every message the pipeline calls [`Spiller::after_message`]: while the
+//! every message the pipeline calls [`Spiller::after_message`] (when
+//! [`Spiller::has_work`] says there is any): while the
 //! assembler holds more than the budget it spills the largest transaction
 //! still in memory, then appends whatever spill output is pending. At Stream
 //! Commit (or Commit Prepared) [`Spiller::reader`] streams the file back one
@@ -181,6 +182,17 @@ impl Spiller {
     #[cfg(test)]
     fn open_files(&self) -> usize {
         self.files.len()
+    }
+
+    /// Whether [`after_message`](Self::after_message) has work: a held
+    /// transaction to spill or spill output to write (or a spill buffer to
+    /// shrink). Tested after each message without building that call's
+    /// future, which costs more than the test.
+    #[inline]
+    pub(crate) fn has_work(&self, assembler: &TxnAssembler) -> bool {
+        assembler.spill_pending()
+            || self.buf.capacity() > IO_BUFFER
+            || assembler.buffered_bytes() > self.budget
     }
 
     /// After each message: spills the largest in-memory streamed
