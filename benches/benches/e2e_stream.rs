@@ -62,7 +62,7 @@
 //! command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use pgcdc_benches::{median, uptime};
+use pgcdc_benches::{clock_ticks, median, uptime};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -664,19 +664,6 @@ impl Postmaster {
         }
         Some(self.reaped_seconds()? - reaped)
     }
-}
-
-/// `getconf CLK_TCK` (100 on Linux), asked once.
-fn clock_ticks() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-            .unwrap_or(100.0)
-    })
 }
 
 /// The resident memory (`VmRSS`, kB) of the contender that `/usr/bin/time` (`time_pid`)

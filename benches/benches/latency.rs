@@ -41,7 +41,7 @@
 //! `PGCDC_LATENCY_KEEP=1` keeps (with the sink's output and the configuration).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use pgcdc_benches::{median, uptime};
+use pgcdc_benches::{clock_ticks, median, uptime};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -282,16 +282,6 @@ fn cpu_seconds(pid: u32) -> f64 {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
     ticks / clock_ticks()
-}
-
-/// `getconf CLK_TCK` (100 on Linux).
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 /// A `/proc/<pid>/status` value in kB (`VmHWM`, `VmRSS`).
