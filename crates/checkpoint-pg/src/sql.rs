@@ -115,9 +115,10 @@ impl Sql {
                     RETURNING 1)"
         );
         Sql {
-            // Taken in a transaction of its own before `acquire`, `retain` and `delete`
-            // (the store's `under_lease_lock`): it waits for the job's saves, deletes and
-            // retention in flight, so the next statement's snapshot sees what they wrote.
+            // Taken before `acquire`, `retain` and `delete`, in their transaction and the
+            // same round trip (the store's `under_lease_lock`): it waits for the job's
+            // saves, deletes and retention in flight, so the next statement's snapshot
+            // sees what they wrote.
             lock_lease: format!("SELECT 1 FROM {leases} WHERE job = $1 FOR UPDATE"),
             // The new epoch, and the newest stored LSN read from the table itself: rows
             // deleted by hand (or written by a build before schema version 5) while no

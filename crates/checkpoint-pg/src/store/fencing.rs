@@ -41,6 +41,15 @@ impl PgCheckpointStore {
     /// `sql` sees all they wrote. In one statement the snapshot would come first: a
     /// delete of the newest row that waited for a save would not see the saved row, and
     /// would move the lease's newest LSN below it.
+    ///
+    /// `BEGIN`, the lock, `sql` and `COMMIT` go out together, in one round trip: each
+    /// request is sent when its future is first polled, and `join4` polls them in
+    /// order. The server still runs them one after the other, so the order above
+    /// holds, and the lease row is locked only while `sql` runs, not across three
+    /// round trips (which kept saves of the job waiting that long). An error aborts the
+    /// transaction, and the `COMMIT` after it then rolls back; the first error is
+    /// returned. A call dropped once polled (a timeout) still runs to its end on the
+    /// server, as one whose `COMMIT` was already sent always did.
     pub(super) async fn under_lease_lock(
         &self,
         what: &str,
@@ -49,21 +58,24 @@ impl PgCheckpointStore {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<tokio_postgres::Row, CheckpointError> {
         let err = |e| pg(what, e);
-        let mut client = self.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
-            .start()
-            .await
-            .map_err(err)?;
-        let lock = tx
+        let client = self.client().await?;
+        let lock = client
             .prepare_cached(&self.sql().lock_lease)
             .await
             .map_err(err)?;
-        let stmt = tx.prepare_cached(sql).await.map_err(err)?;
-        tx.execute(&lock, &[&job.as_str()]).await.map_err(err)?;
-        let row = tx.query_one(&stmt, params).await.map_err(err)?;
-        tx.commit().await.map_err(err)?;
+        let stmt = client.prepare_cached(sql).await.map_err(err)?;
+        let job = job.as_str();
+        let (begin, locked, row, commit) = futures_util::future::join4(
+            client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"),
+            client.execute(&lock, &[&job]),
+            client.query_one(&stmt, params),
+            client.batch_execute("COMMIT"),
+        )
+        .await;
+        begin.map_err(err)?;
+        locked.map_err(err)?;
+        let row = row.map_err(err)?;
+        commit.map_err(err)?;
         Ok(row)
     }
 
