@@ -48,8 +48,12 @@ impl PgCheckpointStore {
     /// holds, and the lease row is locked only while `sql` runs, not across three
     /// round trips (which kept saves of the job waiting that long). An error aborts the
     /// transaction, and the `COMMIT` after it then rolls back; the first error is
-    /// returned. A call dropped once polled (a timeout) still runs to its end on the
-    /// server, as one whose `COMMIT` was already sent always did.
+    /// returned. (`sql` must return exactly one row whatever it finds, as every caller's
+    /// does: a wrong count, found by the client, would not stop the `COMMIT`.) A call
+    /// dropped once polled (a timeout) still runs to its end on the server, as one whose
+    /// `COMMIT` was already sent always did. Both requests are prepared statements, so
+    /// neither waits for a round trip before it is sent; the race tests of this lock
+    /// fail if the statement goes out first.
     pub(super) async fn under_lease_lock(
         &self,
         what: &str,
