@@ -1129,6 +1129,80 @@ async fn unreachable_server_exits_3_and_unknown_variables_are_named() {
 
 /// `checkpoints list|show` and `slot status` with `--json` print one JSON
 /// document each, with RFC 3339 times.
+/// `[source] host` may name the server's Unix-domain socket directory, as in
+/// libpq: the snapshot, the stream and the checkpoints all go through the
+/// socket, and `sslmode` does not apply there.
+#[tokio::test]
+async fn run_streams_through_a_unix_domain_socket() {
+    let db = TestPostgres::new_database().await.unwrap();
+    let client = db.connect().await.unwrap();
+    let info = db.connection_info();
+    let Some(socket_dir) = info.socket_dir() else {
+        eprintln!("skipped: this server (a container) has no Unix-domain socket here");
+        return;
+    };
+    client
+        .batch_execute(
+            "CREATE TABLE s (id int PRIMARY KEY, v text); INSERT INTO s VALUES (1, 'before')",
+        )
+        .await
+        .unwrap();
+    let dir = Workdir::new("socket");
+    let slot = "cli_socket";
+    let config = write_config(
+        &dir,
+        info,
+        None,
+        &["s"],
+        slot,
+        "sslmode = \"require\"\n[checkpoint]\ninterval_ms = 100",
+    );
+    let text = std::fs::read_to_string(&config).unwrap();
+    let tcp_host = format!("host = {:?}", info.host());
+    assert!(text.contains(&tcp_host), "{text}");
+    let text = text.replace(
+        &tcp_host,
+        &format!("host = {:?}", socket_dir.display().to_string()),
+    );
+    std::fs::write(&config, text).unwrap();
+
+    let mut pgcdc = Pgcdc::run(&config).unwrap_or_else(|e| panic!("{e}"));
+    let base = dir.out();
+    let has_id = |id: i64| {
+        let found = read_lines(&base).iter().any(|l| l["after"]["id"] == id);
+        async move { found }
+    };
+    await_cond(&mut pgcdc, "the snapshot's row", || has_id(1)).await;
+    client
+        .batch_execute("INSERT INTO s VALUES (2, 'after')")
+        .await
+        .unwrap();
+    await_cond(&mut pgcdc, "the streamed row", || has_id(2)).await;
+    await_cond(&mut pgcdc, "a checkpoint", || async {
+        client
+            .query_one("SELECT count(*) FROM pgcdc.checkpoints", &[])
+            .await
+            .is_ok_and(|r| r.get::<_, i64>(0) > 0)
+    })
+    .await;
+    // Every session pgcdc holds came through the socket (no client address),
+    // the walsender among them.
+    let row = client
+        .query_one(
+            "SELECT count(*) FILTER (WHERE client_addr IS NOT NULL),
+                    count(*) FILTER (WHERE backend_type = 'walsender')
+             FROM pg_stat_activity
+             WHERE (application_name = 'pgcdc' OR application_name LIKE 'pgcdc %')
+               AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 0, "a pgcdc session came over TCP");
+    assert_eq!(row.get::<_, i64>(1), 1, "the walsender is pgcdc's");
+    stop_cleanly(&mut pgcdc).await;
+}
+
 #[tokio::test]
 async fn checkpoints_and_slot_status_print_json() {
     let db = TestPostgres::new_database().await.unwrap();

@@ -5,9 +5,12 @@
 
 use std::path::PathBuf;
 
-use cdc_runtime::replication::{ReplicationConfig, RootCertSource, SslMode};
+use cdc_runtime::replication::{
+    AuthError, ChannelBinding, ReplicationConfig, ReplicationConnection, ReplicationError,
+    RootCertSource, SslMode, TlsError,
+};
 use cdc_runtime::sinks::{PgTableSink, PgTableSinkOptions};
-use cdc_runtime::tls_connect::checkpoint_store;
+use cdc_runtime::tls_connect::{checkpoint_store, PgClientSettings};
 use checkpoint_api::testkit::conformance::sample_checkpoint;
 use checkpoint_api::{CheckpointId, CheckpointStore, JobName, OwnerId};
 use checkpoint_pg::PgStoreConfig;
@@ -83,6 +86,75 @@ async fn checkpoint_store_saves_and_loads_over_verified_tls() {
         .unwrap()
         .get(0);
     assert!(ssl);
+}
+
+/// Over the server's Unix-domain socket, `sslmode` is ignored, as libpq
+/// ignores it: PostgreSQL never offers TLS there. This server refuses plain
+/// TCP, and its socket accepts every local user (`local all all trust`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_directory_connects_without_tls_whatever_sslmode_says() {
+    let server = tls_server().await;
+    let dir = server.cluster.socket_dir().display().to_string();
+    let over_socket = source(&server, &dir, SslMode::VerifyFull);
+
+    // The replication connection: no TLS, and no client address, which only
+    // a Unix-domain socket lacks.
+    let mut conn = ReplicationConnection::connect(&over_socket).await.unwrap();
+    assert!(!conn.is_tls());
+    let results = conn
+        .simple_query("SELECT inet_client_addr() IS NULL")
+        .await
+        .unwrap();
+    let row = results.last().and_then(|r| r.rows().first().cloned());
+    assert_eq!(row, Some(vec![Some("t".to_owned())]));
+
+    // The checkpoint store's pool (tokio-postgres) over the same socket.
+    let store = checkpoint_store(&over_socket, PgStoreConfig::default())
+        .await
+        .unwrap();
+    let job = JobName::new("socket").unwrap();
+    let lease = store
+        .acquire_lease(&job, &OwnerId::new("w").unwrap())
+        .await
+        .unwrap();
+    let cp = sample_checkpoint(&job, CheckpointId::FIRST, "0/16B3748".parse().unwrap());
+    store.save(&lease, &cp).await.unwrap();
+    assert_eq!(store.load(&job, cp.id).await.unwrap().checkpoint, cp);
+    let client = store.pool().get().await.unwrap();
+    let local: bool = client
+        .query_one("SELECT inet_client_addr() IS NULL", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(local);
+
+    // SCRAM channel binding needs TLS, so requiring it fails over a socket.
+    let err = ReplicationConnection::connect(
+        &over_socket.clone().channel_binding(ChannelBinding::Require),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReplicationError::Auth(AuthError::ChannelBindingRequired(_))
+        ),
+        "{err}"
+    );
+
+    // One sslmode applies to every host of a list: a socket beside a TCP
+    // host cannot require TLS, and says so; prefer is fine.
+    let port = server.cluster.port();
+    let mixed = over_socket
+        .clone()
+        .hosts([(dir.as_str(), port), ("localhost", port)]);
+    let err = PgClientSettings::new(&mixed).unwrap_err();
+    assert!(
+        matches!(err, TlsError::SocketsBesideTcpHosts { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("sslmode=prefer"), "{err}");
+    PgClientSettings::new(&mixed.sslmode(SslMode::Prefer)).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -89,7 +89,23 @@ impl std::fmt::Debug for PgClientSettings {
 impl PgClientSettings {
     /// The settings of `source` for a `tokio-postgres` connection; reads the
     /// root certificates now, so a bad `sslrootcert` fails here.
+    ///
+    /// A host that is a Unix-domain socket directory is connected to without
+    /// TLS whatever `sslmode` says, as libpq does (PostgreSQL never offers
+    /// TLS there). A host list that mixes such sockets with TCP hosts must
+    /// then not require TLS: the mode applies to every host of the list.
     pub fn new(source: &ReplicationConfig) -> Result<Self, TlsError> {
+        let sockets = source
+            .endpoints()
+            .iter()
+            .filter(|e| e.unix_socket().is_some())
+            .count();
+        let only_sockets = sockets == source.endpoints().len();
+        if sockets > 0 && !only_sockets && source.get_sslmode().requires_tls() {
+            return Err(TlsError::SocketsBesideTcpHosts {
+                sslmode: source.get_sslmode().as_str(),
+            });
+        }
         let mut config = tokio_postgres::Config::new();
         // Several hosts: tokio-postgres tries them in order and, with
         // read-write, skips read-only ones, as the replication connection does.
@@ -110,6 +126,7 @@ impl PgClientSettings {
             .application_name(source.get_application_name())
             .connect_timeout(source.get_connect_timeout())
             .ssl_mode(match source.get_sslmode() {
+                _ if only_sockets => tokio_postgres::config::SslMode::Disable,
                 SslMode::Disable => tokio_postgres::config::SslMode::Disable,
                 SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
                 // verify-ca / verify-full: tokio-postgres only needs to know TLS is
@@ -128,7 +145,11 @@ impl PgClientSettings {
         Ok(PgClientSettings {
             config,
             tls: RustlsConnect {
-                config: client_config(source)?,
+                config: if only_sockets {
+                    None
+                } else {
+                    client_config(source)?
+                },
             },
         })
     }
@@ -200,6 +221,8 @@ where
 
     fn make_tls_connect(&mut self, domain: &str) -> Result<RustlsConnectHost, TlsError> {
         let target = match &self.config {
+            // No name: a Unix-domain socket, where the server offers no TLS.
+            _ if domain.is_empty() => None,
             None => None,
             Some(config) => Some((config.clone(), server_name(domain)?)),
         };

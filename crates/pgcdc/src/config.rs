@@ -2,7 +2,8 @@
 //!
 //! ```toml
 //! [source]
-//! host = "db.example"          # or ["primary.example", "standby.example"]: the read-write one is used
+//! host = "db.example"          # or ["primary.example", "standby.example"]: the read-write one is used;
+//!                               # or a Unix-domain socket directory, "/var/run/postgresql"
 //! port = 5432                   # or one per host: [5432, 5433]
 //! database = "app"
 //! user = "cdc"

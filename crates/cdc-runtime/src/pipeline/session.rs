@@ -348,10 +348,16 @@ impl Source<'_> {
                         && !opts.read_pause.is_zero()
                         && stream.queued_bytes().is_none_or(|q| q < READ_PAUSE_BELOW)
                     {
-                        pause.as_mut().reset(tokio::time::Instant::now() + opts.read_pause);
-                        paused = true;
                         // Not woken by each segment that arrives meanwhile.
-                        stream.wake_only_after(READ_PAUSE_BELOW);
+                        // Without the mark (a Unix-domain socket, or not
+                        // Linux) there is no pause: each arrival would end
+                        // it, and one on the timer alone held the server
+                        // back (measured over a socket: 25,000 events/s
+                        // on W3 with a 1 ms pause).
+                        if stream.wake_only_after(READ_PAUSE_BELOW) {
+                            pause.as_mut().reset(tokio::time::Instant::now() + opts.read_pause);
+                            paused = true;
+                        }
                     }
                     heard(silence.as_mut());
                 }

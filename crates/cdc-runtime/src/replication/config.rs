@@ -82,8 +82,8 @@ pub enum ConfigError {
     /// The lists of hosts, addresses and ports do not match.
     #[error("{0}")]
     HostCount(&'static str),
-    /// A Unix-domain socket directory was given as host.
-    #[error("host {0:?} is a Unix-domain socket directory, which is not supported; use a TCP host such as host=127.0.0.1")]
+    /// An abstract-namespace Unix-domain socket (`@name`) was given as host.
+    #[error("host {0:?} is an abstract Unix-domain socket, which is not supported; give the socket's directory (host=/var/run/postgresql) or a TCP host")]
     UnixSocket(String),
 }
 
@@ -137,8 +137,9 @@ impl ReplicationConfig {
     }
 
     /// The one host name (or IP address) to connect to; also the name
-    /// checked by `sslmode=verify-full`. Replaces a list of hosts (keeping
-    /// the first one's port and address).
+    /// checked by `sslmode=verify-full`. A host that starts with `/` is the
+    /// directory of the server's Unix-domain socket (see [`Endpoint`]).
+    /// Replaces a list of hosts (keeping the first one's port and address).
     pub fn host(mut self, host: impl Into<String>) -> Self {
         self.endpoints.truncate(1);
         if let Some(e) = self.endpoints.first_mut() {
@@ -190,7 +191,7 @@ impl ReplicationConfig {
         self
     }
 
-    /// The TCP port, of every host.
+    /// The port of every host (TCP, or the Unix-domain socket's number).
     pub fn port(mut self, port: u16) -> Self {
         for e in &mut self.endpoints {
             e.port = port;
@@ -242,17 +243,17 @@ impl ReplicationConfig {
 
     /// The (first) configured host name.
     pub fn get_host(&self) -> &str {
-        self.first().host()
+        self.first_endpoint().host()
     }
 
     /// The (first) configured `hostaddr`, if any.
     pub fn get_hostaddr(&self) -> Option<IpAddr> {
-        self.first().hostaddr()
+        self.first_endpoint().hostaddr()
     }
 
     /// The (first host's) TCP port.
     pub fn get_port(&self) -> u16 {
-        self.first().port()
+        self.first_endpoint().port()
     }
 
     /// Every host, in the order they are tried; never empty.
@@ -282,7 +283,8 @@ impl ReplicationConfig {
         one
     }
 
-    fn first(&self) -> &Endpoint {
+    /// The (first) host, address and port.
+    pub(crate) fn first_endpoint(&self) -> &Endpoint {
         // `endpoints` is never empty: every constructor and setter keeps one.
         static FALLBACK: Endpoint = Endpoint {
             host: String::new(),

@@ -187,6 +187,13 @@ pub enum TlsError {
         /// Why.
         reason: String,
     },
+    /// A host list mixes Unix-domain sockets (never TLS) with TCP hosts under
+    /// an `sslmode` that requires TLS of every host.
+    #[error("sslmode={sslmode} requires TLS, which PostgreSQL never offers on a Unix-domain socket, and the host list mixes socket directories with TCP hosts; list only one kind, or use sslmode=prefer")]
+    SocketsBesideTcpHosts {
+        /// The configured mode.
+        sslmode: &'static str,
+    },
     /// The host is not a valid TLS server name.
     #[error("host {0:?} cannot be used as a TLS server name")]
     InvalidServerName(String),

@@ -1,4 +1,5 @@
-//! The socket (plain TCP or TLS) with a reusable read buffer and a write buffer.
+//! The socket (plain TCP, TLS, or a Unix-domain socket) with a reusable read
+//! buffer and a write buffer.
 
 use std::io;
 use std::pin::Pin;
@@ -7,6 +8,8 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+#[cfg(unix)]
+use tokio::net::UnixStream;
 
 use super::error::{DbError, ReplicationError};
 use super::wire::{peek_frame, split_frame, Frame, Peek};
@@ -23,10 +26,12 @@ pub(crate) const READ_CHUNK: usize = 128 * 1024;
 /// Below this much free room the buffer is grown (or a fresh one taken) before reading.
 const MIN_FREE: usize = 16 * 1024;
 
-/// A TCP stream, optionally wrapped in TLS.
+/// A TCP stream, optionally wrapped in TLS, or a Unix-domain socket.
 pub(crate) enum Socket {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    #[cfg(unix)]
+    Unix(UnixStream),
 }
 
 impl AsyncRead for Socket {
@@ -38,6 +43,8 @@ impl AsyncRead for Socket {
         match self.get_mut() {
             Socket::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Socket::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            #[cfg(unix)]
+            Socket::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -51,6 +58,8 @@ impl AsyncWrite for Socket {
         match self.get_mut() {
             Socket::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Socket::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            #[cfg(unix)]
+            Socket::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -58,6 +67,8 @@ impl AsyncWrite for Socket {
         match self.get_mut() {
             Socket::Plain(s) => Pin::new(s).poll_flush(cx),
             Socket::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            #[cfg(unix)]
+            Socket::Unix(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -65,6 +76,8 @@ impl AsyncWrite for Socket {
         match self.get_mut() {
             Socket::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Socket::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            #[cfg(unix)]
+            Socket::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -108,11 +121,11 @@ impl Transport {
     /// whose certificate has a usable signature hash.
     pub(crate) fn tls_server_end_point(&self) -> Option<Vec<u8>> {
         match &self.socket {
-            Socket::Plain(_) => None,
             Socket::Tls(s) => {
                 let cert = s.get_ref().1.peer_certificates()?.first()?;
                 super::channel_binding::tls_server_end_point(cert)
             }
+            _ => None,
         }
     }
 
@@ -154,7 +167,9 @@ impl Transport {
             // Lowering the mark signals the socket readable at once if
             // anything is queued (Linux's `tcp_set_rcvlowat`), so the read
             // below never waits for bytes that already came.
-            low_water::set(self.tcp(), 1).map_err(ReplicationError::Io)?;
+            if let Some(tcp) = self.tcp() {
+                low_water::set(tcp, 1).map_err(ReplicationError::Io)?;
+            }
             self.wake_raised = false;
         }
         if self.read.capacity() - self.read.len() < MIN_FREE {
@@ -173,7 +188,13 @@ impl Transport {
     pub(crate) fn queued(&self) -> Option<usize> {
         #[cfg(unix)]
         {
-            rustix::io::ioctl_fionread(self.tcp())
+            use std::os::fd::AsFd;
+            let fd = match &self.socket {
+                Socket::Plain(s) => s.as_fd(),
+                Socket::Tls(s) => s.get_ref().0.as_fd(),
+                Socket::Unix(s) => s.as_fd(),
+            };
+            rustix::io::ioctl_fionread(fd)
                 .ok()
                 .and_then(|n| usize::try_from(n).ok())
         }
@@ -183,11 +204,13 @@ impl Transport {
         }
     }
 
-    /// The TCP socket under TLS, if any.
-    fn tcp(&self) -> &TcpStream {
+    /// The TCP socket (under TLS, if any); `None` for a Unix-domain socket.
+    fn tcp(&self) -> Option<&TcpStream> {
         match &self.socket {
-            Socket::Plain(s) => s,
-            Socket::Tls(s) => s.get_ref().0,
+            Socket::Plain(s) => Some(s),
+            Socket::Tls(s) => Some(s.get_ref().0),
+            #[cfg(unix)]
+            Socket::Unix(_) => None,
         }
     }
 
@@ -198,26 +221,30 @@ impl Transport {
     /// the runtime's poller for nothing (measured: about 50 wake-ups per
     /// read on a 1M-row transaction). The next [`fill`](Self::fill)
     /// lowers the mark again first. Returns whether the mark was raised
-    /// (Linux only: elsewhere lowering it may not signal the data already
-    /// queued).
+    /// (Linux TCP only: elsewhere lowering it may not signal the data
+    /// already queued, and a Unix-domain socket signals readable whatever
+    /// its mark).
     pub(crate) fn wake_only_after(&mut self, bytes: usize) -> bool {
         let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
         if !cfg!(target_os = "linux") {
             return false;
         }
-        if low_water::set(self.tcp(), bytes).is_err() {
+        let Some(tcp) = self.tcp() else {
+            return false;
+        };
+        if low_water::set(tcp, bytes).is_err() {
             return self.wake_raised;
         }
-        self.wake_raised = true;
         // Then forget the readiness the runtime remembers from earlier
         // reads, so that [`readable`](Self::readable) waits for the kernel's
         // next signal. Only with the mark raised: lowering it before the
         // next read signals what is queued, so no read waits on a readiness
         // forgotten here. (A signal between the two is forgotten too; the
         // pause then ends on its timer.)
-        let _ = self.tcp().try_io(tokio::io::Interest::READABLE, || {
+        let _ = tcp.try_io(tokio::io::Interest::READABLE, || {
             Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
         });
+        self.wake_raised = true;
         true
     }
 
@@ -226,7 +253,12 @@ impl Transport {
     /// queued, or the connection ended). Reads nothing.
     pub(crate) async fn readable(&self) {
         // An error shows in the next read.
-        let _ = self.tcp().readable().await;
+        let _ = match &self.socket {
+            Socket::Plain(s) => s.readable().await,
+            Socket::Tls(s) => s.get_ref().0.readable().await,
+            #[cfg(unix)]
+            Socket::Unix(s) => s.readable().await,
+        };
     }
 
     /// The next complete backend message if one is buffered; never reads.

@@ -152,7 +152,9 @@ impl Builder {
             "host" => {
                 let mut hosts = Vec::new();
                 for host in value.split(',') {
-                    if host.starts_with('/') || host.starts_with('@') {
+                    // `/dir` is a socket directory (see `Endpoint`); `@name`,
+                    // libpq's abstract-namespace socket, is not supported.
+                    if host.starts_with('@') {
                         return Err(ConfigError::UnixSocket(host.to_owned()));
                     }
                     if host.is_empty() {
@@ -447,6 +449,34 @@ mod tests {
     }
 
     #[test]
+    fn a_socket_directory_names_a_unix_domain_socket() {
+        let forms = [
+            "user=a host=/var/run/postgresql port=5433",
+            "postgresql://a@%2Fvar%2Frun%2Fpostgresql:5433/db",
+            "postgresql:///db?user=a&host=/var/run/postgresql&port=5433",
+        ];
+        for form in forms {
+            let c: ReplicationConfig = form.parse().unwrap();
+            let endpoint = c.first_endpoint();
+            assert_eq!(
+                endpoint.unix_socket().as_deref(),
+                Some(std::path::Path::new("/var/run/postgresql/.s.PGSQL.5433")),
+                "{form}"
+            );
+            assert_eq!(
+                endpoint.to_string(),
+                "socket /var/run/postgresql/.s.PGSQL.5433"
+            );
+        }
+        // A hostaddr is connected to over TCP, as in libpq.
+        let c: ReplicationConfig = "user=a host=/tmp hostaddr=127.0.0.1".parse().unwrap();
+        assert_eq!(c.first_endpoint().unix_socket(), None);
+        // A host name is never a socket.
+        let c: ReplicationConfig = "user=a host=db.example".parse().unwrap();
+        assert_eq!(c.first_endpoint().unix_socket(), None);
+    }
+
+    #[test]
     fn defaults() {
         let c: ReplicationConfig = "user=alice".parse().unwrap();
         assert_eq!(c.get_host(), "localhost");
@@ -485,7 +515,7 @@ mod tests {
             Err(ConfigError::Syntax { position: 5, .. })
         ));
         assert!(matches!(
-            "user=a host=/var/run/postgresql".parse::<ReplicationConfig>(),
+            "user=a host=@pg".parse::<ReplicationConfig>(),
             Err(ConfigError::UnixSocket(_))
         ));
         assert!(matches!(

@@ -1,4 +1,4 @@
-//! Opening a [`ReplicationConnection`]: TCP, the TLS negotiation
+//! Opening a [`ReplicationConnection`]: TCP (or a Unix-domain socket), the TLS negotiation
 //! (SSLRequest), the startup message with the session settings,
 //! authentication, and the checks on what the server reported, all within
 //! the connect timeout.
@@ -124,23 +124,9 @@ impl ReplicationConnection {
         config: &ReplicationConfig,
         replication: bool,
     ) -> Result<Self, ReplicationError> {
-        let tls_config = tls::client_config(config)?;
-        let port = config.get_port();
-        let tcp = match config.get_hostaddr() {
-            Some(ip) => TcpStream::connect((ip, port)).await,
-            None => TcpStream::connect((config.get_host(), port)).await,
-        }
-        .map_err(|source| ReplicationError::Connect {
-            addr: display_addr(config),
-            source,
-        })?;
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("could not set TCP_NODELAY: {e}");
-        }
-        crate::keepalive::apply(&tcp);
-        let socket = match tls_config {
-            None => Socket::Plain(tcp),
-            Some(tls_config) => negotiate_tls(tcp, tls_config, config).await?,
+        let socket = match config.first_endpoint().unix_socket() {
+            Some(path) => unix_socket(&path, config).await?,
+            None => tcp_socket(config).await?,
         };
         let mut conn = ReplicationConnection {
             transport: Transport::new(socket),
@@ -248,10 +234,61 @@ impl ReplicationConnection {
 }
 
 fn display_addr(config: &ReplicationConfig) -> String {
-    match config.get_hostaddr() {
-        Some(ip) => format!("{} ({ip}) port {}", config.get_host(), config.get_port()),
-        None => format!("{} port {}", config.get_host(), config.get_port()),
+    config.first_endpoint().to_string()
+}
+
+/// Connects over TCP, with keepalives, and negotiates TLS as `sslmode` says.
+async fn tcp_socket(config: &ReplicationConfig) -> Result<Socket, ReplicationError> {
+    let tls_config = tls::client_config(config)?;
+    let port = config.get_port();
+    let tcp = match config.get_hostaddr() {
+        Some(ip) => TcpStream::connect((ip, port)).await,
+        None => TcpStream::connect((config.get_host(), port)).await,
     }
+    .map_err(|source| ReplicationError::Connect {
+        addr: display_addr(config),
+        source,
+    })?;
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!("could not set TCP_NODELAY: {e}");
+    }
+    crate::keepalive::apply(&tcp);
+    match tls_config {
+        None => Ok(Socket::Plain(tcp)),
+        Some(tls_config) => negotiate_tls(tcp, tls_config, config).await,
+    }
+}
+
+/// Connects to the server's Unix-domain socket. `sslmode` does not apply:
+/// PostgreSQL never offers TLS there, and libpq ignores `sslmode` for such
+/// sockets, as pgcdc does (the socket file's permissions guard it). Nor do
+/// keepalives: both ends are on one host.
+#[cfg(unix)]
+async fn unix_socket(
+    path: &std::path::Path,
+    config: &ReplicationConfig,
+) -> Result<Socket, ReplicationError> {
+    let stream = tokio::net::UnixStream::connect(path)
+        .await
+        .map_err(|source| ReplicationError::Connect {
+            addr: display_addr(config),
+            source,
+        })?;
+    Ok(Socket::Unix(stream))
+}
+
+#[cfg(not(unix))]
+async fn unix_socket(
+    _path: &std::path::Path,
+    config: &ReplicationConfig,
+) -> Result<Socket, ReplicationError> {
+    Err(ReplicationError::Connect {
+        addr: display_addr(config),
+        source: std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "Unix-domain sockets are not available on this platform; use a TCP host",
+        ),
+    })
 }
 
 /// Sends SSLRequest and, when the server agrees, performs the TLS handshake.
