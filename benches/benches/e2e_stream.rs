@@ -60,6 +60,9 @@
 //! workloads, and `PGCDC_E2E_WRAP` (a command line, e.g. `valgrind
 //! --tool=callgrind --callgrind-out-file=/tmp/cg.%p`) runs each pgcdc child under that
 //! command.
+//!
+//! Every contender connects over TCP to 127.0.0.1; with `PGCDC_E2E_UNIX=1`, every one
+//! connects through the server's Unix-domain socket instead.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pgcdc_benches::{clock_ticks, median, uptime};
@@ -117,7 +120,7 @@ async fn pgcdc_contender(kind: &str) {
     let port: u16 = child_env("PGCDC_E2E_PORT").parse().unwrap();
     let end: Lsn = child_env("PGCDC_E2E_END").parse().unwrap();
     let replication = ReplicationConfig::new("postgres")
-        .host("127.0.0.1")
+        .host(child_env("PGCDC_E2E_HOST"))
         .port(port)
         .dbname(child_env("PGCDC_E2E_DB"));
     let mut options = PipelineOptions::new(
@@ -232,7 +235,7 @@ async fn nats_sink() -> Box<dyn Sink> {
     let text = format!(
         r#"
 [source]
-host = "127.0.0.1"
+host = "{host}"
 port = {port}
 user = "postgres"
 database = "{db}"
@@ -256,6 +259,7 @@ subjects = ["{NATS_PREFIX}.>"]
 storage = "file"
 replicas = 1
 "#,
+        host = child_env("PGCDC_E2E_HOST"),
         port = child_env("PGCDC_E2E_PORT"),
         db = child_env("PGCDC_E2E_DB"),
         slot = child_env("PGCDC_E2E_SLOT"),
@@ -368,6 +372,8 @@ struct Sample {
 }
 
 struct Target<'a> {
+    /// 127.0.0.1, or the socket directory (`PGCDC_E2E_UNIX`).
+    host: &'a str,
     port: u16,
     /// The server's postmaster, for counting its backends' CPU.
     postmaster: Option<Postmaster>,
@@ -442,8 +448,8 @@ fn contender_command(c: Contender, t: &Target<'_>, slot: &str) -> Command {
             let mut cmd = Command::new(t.recvlogical);
             cmd.arg("-d")
                 .arg(format!(
-                    "host=127.0.0.1 port={} user=postgres dbname={}",
-                    t.port, t.db
+                    "host={} port={} user=postgres dbname={}",
+                    t.host, t.port, t.db
                 ))
                 .arg("--slot")
                 .arg(slot)
@@ -476,6 +482,7 @@ fn contender_command(c: Contender, t: &Target<'_>, slot: &str) -> Command {
                 None => Command::new(exe),
             };
             cmd.env(CHILD_ENV, sink)
+                .env("PGCDC_E2E_HOST", t.host)
                 .env("PGCDC_E2E_PORT", t.port.to_string())
                 .env("PGCDC_E2E_DB", t.db)
                 .env("PGCDC_E2E_SLOT", slot)
@@ -1158,6 +1165,15 @@ async fn run() {
     let client = db.connect().await.unwrap();
     let postmaster = Postmaster::of(&client).await;
     let work = std::env::temp_dir().join(format!("pgcdc-e2e-{}", std::process::id()));
+    let host = match std::env::var("PGCDC_E2E_UNIX").as_deref() {
+        Ok("1") => db
+            .connection_info()
+            .socket_dir()
+            .expect("the cluster listens on a Unix-domain socket")
+            .display()
+            .to_string(),
+        _ => "127.0.0.1".to_owned(),
+    };
     let mut table = Vec::new();
     let mut ran = Vec::new();
     for w in &workloads {
@@ -1175,6 +1191,7 @@ async fn run() {
             insert_rows(&client, w.key, w.shape, w.events, w.txns).await
         };
         let target = Target {
+            host: &host,
             port: cluster.port(),
             postmaster,
             db: db.name(),
