@@ -13,7 +13,7 @@ use cdc_runtime::sinks::{PgTableSink, PgTableSinkOptions};
 use cdc_runtime::tls_connect::{checkpoint_store, PgClientSettings};
 use checkpoint_api::testkit::conformance::sample_checkpoint;
 use checkpoint_api::{CheckpointId, CheckpointStore, JobName, OwnerId};
-use checkpoint_pg::PgStoreConfig;
+use checkpoint_pg::{PgCheckpointStore, PgStoreConfig};
 use integration_tests::{ClusterOptions, LocalCluster, TestPostgres, TestTls, SUPERUSER};
 
 /// A cluster accepting only TLS connections on TCP, and the path of its CA certificate.
@@ -55,6 +55,18 @@ fn source(server: &TlsServer, host: &str, mode: SslMode) -> ReplicationConfig {
         .sslrootcert(RootCertSource::File(server.ca.clone()))
 }
 
+/// Saves a checkpoint of `job` in `store` and loads it back unchanged.
+async fn saves_and_loads(store: &PgCheckpointStore, job: &str) {
+    let job = JobName::new(job).unwrap();
+    let lease = store
+        .acquire_lease(&job, &OwnerId::new("w").unwrap())
+        .await
+        .unwrap();
+    let cp = sample_checkpoint(&job, CheckpointId::FIRST, "0/16B3748".parse().unwrap());
+    store.save(&lease, &cp).await.unwrap();
+    assert_eq!(store.load(&job, cp.id).await.unwrap().checkpoint, cp);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoint_store_saves_and_loads_over_verified_tls() {
     let server = tls_server().await;
@@ -65,15 +77,7 @@ async fn checkpoint_store_saves_and_loads_over_verified_tls() {
     .await
     .unwrap();
 
-    let job = JobName::new("tls").unwrap();
-    let lease = store
-        .acquire_lease(&job, &OwnerId::new("w").unwrap())
-        .await
-        .unwrap();
-    let cp = sample_checkpoint(&job, CheckpointId::FIRST, "0/16B3748".parse().unwrap());
-    store.save(&lease, &cp).await.unwrap();
-    let loaded = store.load(&job, cp.id).await.unwrap();
-    assert_eq!(loaded.checkpoint, cp);
+    saves_and_loads(&store, "tls").await;
 
     // The pool's connections are encrypted (pg_stat_ssl of our own backend).
     let client = store.pool().get().await.unwrap();
@@ -112,14 +116,7 @@ async fn a_socket_directory_connects_without_tls_whatever_sslmode_says() {
     let store = checkpoint_store(&over_socket, PgStoreConfig::default())
         .await
         .unwrap();
-    let job = JobName::new("socket").unwrap();
-    let lease = store
-        .acquire_lease(&job, &OwnerId::new("w").unwrap())
-        .await
-        .unwrap();
-    let cp = sample_checkpoint(&job, CheckpointId::FIRST, "0/16B3748".parse().unwrap());
-    store.save(&lease, &cp).await.unwrap();
-    assert_eq!(store.load(&job, cp.id).await.unwrap().checkpoint, cp);
+    saves_and_loads(&store, "socket").await;
     let client = store.pool().get().await.unwrap();
     let local: bool = client
         .query_one("SELECT inet_client_addr() IS NULL", &[])
