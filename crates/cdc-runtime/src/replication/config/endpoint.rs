@@ -46,7 +46,7 @@ impl Endpoint {
 
 /// Whether a host names a Unix-domain socket directory (an absolute path),
 /// as libpq reads it.
-pub(crate) fn is_socket_directory(host: &str) -> bool {
+fn is_socket_directory(host: &str) -> bool {
     host.starts_with('/')
 }
 
