@@ -95,17 +95,8 @@ impl PgClientSettings {
     /// TLS there). A host list that mixes such sockets with TCP hosts must
     /// then not require TLS: the mode applies to every host of the list.
     pub fn new(source: &ReplicationConfig) -> Result<Self, TlsError> {
-        let sockets = source
-            .endpoints()
-            .iter()
-            .filter(|e| e.unix_socket().is_some())
-            .count();
-        let only_sockets = sockets == source.endpoints().len();
-        if sockets > 0 && !only_sockets && source.get_sslmode().requires_tls() {
-            return Err(TlsError::SocketsBesideTcpHosts {
-                sslmode: source.get_sslmode().as_str(),
-            });
-        }
+        source.check_socket_tls()?;
+        let only_sockets = source.endpoints().iter().all(|e| e.unix_socket().is_some());
         let mut config = tokio_postgres::Config::new();
         // Several hosts: tokio-postgres tries them in order and, with
         // read-write, skips read-only ones, as the replication connection does.

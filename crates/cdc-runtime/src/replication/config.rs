@@ -19,6 +19,8 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::error::{ReplicationError, TlsError};
+
 /// The default TCP port of PostgreSQL.
 pub const DEFAULT_PORT: u16 = 5432;
 /// The `application_name` sent when none is configured.
@@ -283,6 +285,40 @@ impl ReplicationConfig {
         one
     }
 
+    /// Refuses host lists that can never connect as configured, which the
+    /// setters ([`host`](Self::host), [`hosts`](Self::hosts)) take without
+    /// complaint and the parser refuses: an abstract-namespace socket
+    /// (`@name`), and socket directories listed beside TCP hosts under an
+    /// `sslmode` that requires TLS (see [`TlsError::SocketsBesideTcpHosts`]).
+    ///
+    /// Connecting checks this first; call it to refuse such settings when
+    /// they are loaded, before any connection is tried.
+    pub fn check_hosts(&self) -> Result<(), ReplicationError> {
+        if let Some(e) = self.endpoints.iter().find(|e| e.host.starts_with('@')) {
+            return Err(ConfigError::UnixSocket(e.host.clone()).into());
+        }
+        self.check_socket_tls()?;
+        Ok(())
+    }
+
+    /// Sockets never offer TLS, so a host list that mixes socket directories
+    /// with TCP hosts must not require TLS: the mode applies to every host.
+    /// A list of sockets alone connects without TLS whatever the mode says,
+    /// as libpq does.
+    pub(crate) fn check_socket_tls(&self) -> Result<(), TlsError> {
+        let sockets = self
+            .endpoints
+            .iter()
+            .filter(|e| e.unix_socket().is_some())
+            .count();
+        if sockets > 0 && sockets < self.endpoints.len() && self.sslmode.requires_tls() {
+            return Err(TlsError::SocketsBesideTcpHosts {
+                sslmode: self.sslmode.as_str(),
+            });
+        }
+        Ok(())
+    }
+
     /// The (first) host, address and port.
     pub(crate) fn first_endpoint(&self) -> &Endpoint {
         // `endpoints` is never empty: every constructor and setter keeps one.
@@ -479,6 +515,52 @@ mod tests {
         assert_eq!(back.get_channel_binding(), ChannelBinding::Disable);
         assert_eq!(back.get_password(), None);
         assert_eq!(back, c.clone().password_cleared());
+    }
+
+    #[test]
+    fn check_hosts_refuses_what_the_setters_take() {
+        let abstract_socket = ReplicationConfig::new("u").hosts([("db", 5432), ("@pg", 5432)]);
+        assert!(matches!(
+            abstract_socket.check_hosts(),
+            Err(ReplicationError::Config(ConfigError::UnixSocket(h))) if h == "@pg"
+        ));
+        let mixed = |mode| {
+            ReplicationConfig::new("u")
+                .hosts([("/var/run/postgresql", 5432), ("db", 5432)])
+                .sslmode(mode)
+        };
+        assert!(matches!(
+            mixed(SslMode::Require).check_hosts(),
+            Err(ReplicationError::Tls(TlsError::SocketsBesideTcpHosts {
+                sslmode: "require"
+            }))
+        ));
+        assert!(mixed(SslMode::Prefer).check_hosts().is_ok());
+        let sockets = ReplicationConfig::new("u")
+            .hosts([("/var/run/postgresql", 5432), ("/tmp", 5433)])
+            .sslmode(SslMode::VerifyFull);
+        assert!(sockets.check_hosts().is_ok());
+        // A `hostaddr` makes the socket directory a TCP host's TLS name.
+        let addressed = mixed(SslMode::Require).hostaddr(IpAddr::from([127, 0, 0, 1]));
+        assert!(addressed.check_hosts().is_ok());
+    }
+
+    #[tokio::test]
+    async fn connecting_checks_the_hosts_before_any_socket() {
+        let mixed = ReplicationConfig::new("u")
+            .hosts([("/nonexistent-pgcdc-dir", 5432), ("db.invalid", 5432)])
+            .sslmode(SslMode::Require);
+        let refused = crate::replication::ReplicationConnection::connect(&mixed).await;
+        assert!(
+            matches!(
+                refused,
+                Err(ReplicationError::Tls(
+                    TlsError::SocketsBesideTcpHosts { .. }
+                ))
+            ),
+            "{:?}",
+            refused.err()
+        );
     }
 
     impl ReplicationConfig {

@@ -83,6 +83,11 @@ impl SourceConfig {
             };
             config = config.sslrootcert(source);
         }
+        // An abstract socket, or sockets beside TCP hosts under a mode that
+        // requires TLS: refused now, not at the first connection.
+        config
+            .check_hosts()
+            .map_err(|e| invalid("source.host", e.to_string()))?;
         Ok(config)
     }
 

@@ -284,6 +284,31 @@ fn several_hosts_and_the_failover_slot() {
 }
 
 #[test]
+fn source_hosts_that_cannot_connect_are_refused_at_load() {
+    let with = |hosts: &str, mode: &str| {
+        let text = MINIMAL.replace(
+            "database = \"app\"",
+            &format!("database = \"app\"\n    host = {hosts}\n    sslmode = \"{mode}\""),
+        );
+        Config::parse(&text).unwrap().source.replication_config()
+    };
+    let err = with("\"@pg\"", "prefer").unwrap_err().to_string();
+    assert!(
+        err.contains("source.host") && err.contains("abstract"),
+        "{err}"
+    );
+    let err = with("[\"/var/run/postgresql\", \"db\"]", "require")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("source.host") && err.contains("sslmode=prefer"),
+        "{err}"
+    );
+    with("[\"/var/run/postgresql\", \"db\"]", "prefer").unwrap();
+    with("\"/var/run/postgresql\"", "verify-full").unwrap();
+}
+
+#[test]
 fn the_debezium_section_takes_debeziums_names_and_sinks_take_key() {
     use cdc_runtime::encoding::{DecimalHandlingMode, JsonFormat, SkippedOperations};
     let text = format!(

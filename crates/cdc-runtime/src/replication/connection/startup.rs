@@ -46,6 +46,7 @@ impl ReplicationConnection {
         config: &ReplicationConfig,
         replication: bool,
     ) -> Result<Self, ReplicationError> {
+        config.check_hosts()?;
         let endpoints = config.endpoints();
         if let [_] = endpoints {
             return Self::connect_one(config, replication).await;
