@@ -118,7 +118,9 @@ impl Sql {
             // Taken before `acquire`, `retain` and `delete`, in their transaction and the
             // same round trip (the store's `under_lease_lock`): it waits for the job's
             // saves, deletes and retention in flight, so the next statement's snapshot
-            // sees what they wrote.
+            // sees what they wrote. The statements' own `FOR UPDATE` on the lease row
+            // changes nothing after it (the transaction holds the lock), but keeps each
+            // statement checking the epoch under the lock were it ever run on its own.
             lock_lease: format!("SELECT 1 FROM {leases} WHERE job = $1 FOR UPDATE"),
             // The new epoch, and the newest stored LSN read from the table itself: rows
             // deleted by hand (or written by a build before schema version 5) while no
