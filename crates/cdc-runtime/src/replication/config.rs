@@ -294,7 +294,11 @@ impl ReplicationConfig {
     /// Connecting checks this first; call it to refuse such settings when
     /// they are loaded, before any connection is tried.
     pub fn check_hosts(&self) -> Result<(), ReplicationError> {
-        if let Some(e) = self.endpoints.iter().find(|e| e.host.starts_with('@')) {
+        if let Some(e) = self
+            .endpoints
+            .iter()
+            .find(|e| endpoint::is_abstract_socket(&e.host))
+        {
             return Err(ConfigError::UnixSocket(e.host.clone()).into());
         }
         self.check_socket_tls()?;

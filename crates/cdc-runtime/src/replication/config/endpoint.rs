@@ -50,6 +50,12 @@ fn is_socket_directory(host: &str) -> bool {
     host.starts_with('/')
 }
 
+/// Whether a host names an abstract-namespace Unix-domain socket (`@name`),
+/// as libpq reads it; pgcdc does not support those.
+pub(super) fn is_abstract_socket(host: &str) -> bool {
+    host.starts_with('@')
+}
+
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(path) = self.unix_socket() {

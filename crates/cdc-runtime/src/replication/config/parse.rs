@@ -154,7 +154,7 @@ impl Builder {
                 for host in value.split(',') {
                     // `/dir` is a socket directory (see `Endpoint`); `@name`,
                     // libpq's abstract-namespace socket, is not supported.
-                    if host.starts_with('@') {
+                    if super::endpoint::is_abstract_socket(host) {
                         return Err(ConfigError::UnixSocket(host.to_owned()));
                     }
                     if host.is_empty() {
